@@ -1,0 +1,53 @@
+import Fastify, { type FastifyServerOptions } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import { AccessLogController } from './access-log.js'
+import type { DirectoryRepository } from './repositories/directory.js'
+import errors from './plugins/errors.js'
+import auth from './plugins/auth.js'
+import providerRoutes from './routes/v1/providers.js'
+import endpointRoutes from './routes/v1/endpoints.js'
+import organizationRoutes from './routes/v1/organization.js'
+
+export interface LogOptions {
+  level: string
+  /** Where JSON lines go; stdout when absent. */
+  stream?: NodeJS.WritableStream
+  /** Human-readable lines, for a person watching a terminal. */
+  pretty?: boolean
+}
+
+export interface AppOptions {
+  repository: DirectoryRepository
+  /** No logging unless the caller (server.ts, a test) asks for it. */
+  log?: LogOptions
+}
+
+function loggerOptions (log: LogOptions | undefined): FastifyServerOptions['logger'] {
+  if (log === undefined) return false
+  return {
+    level: log.level,
+    // Keys are secrets: whatever logs a request's headers, the key stays out of the log.
+    redact: { paths: ['req.headers.authorization', 'headers.authorization'], censor: '[redacted]' },
+    ...(log.stream ? { stream: log.stream } : {}),
+    ...(log.pretty && !log.stream ? { transport: { target: 'pino-pretty', options: { translateTime: 'SYS:HH:MM:ss.l' } } } : {})
+  }
+}
+
+/** Builds the application; never listens (server.ts does, tests inject). */
+export function buildApp ({ repository, log }: AppOptions) {
+  const app = Fastify({
+    logger: loggerOptions(log),
+    logController: new AccessLogController()
+  }).withTypeProvider<TypeBoxTypeProvider>()
+
+  app.register(errors)
+
+  app.register(async (v1) => {
+    await v1.register(auth, { findKey: repository.findKey })
+    await v1.register(providerRoutes, { repository })
+    await v1.register(endpointRoutes, { repository })
+    await v1.register(organizationRoutes, { repository })
+  }, { prefix: '/v1' })
+
+  return app
+}

@@ -1,0 +1,70 @@
+import { createHash } from 'node:crypto'
+import fp from 'fastify-plugin'
+import bearerAuth from '@fastify/bearer-auth'
+import createError from '@fastify/error'
+import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
+import type { ApiKey } from '../schemas/fixtures.js'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The key the request authenticated with; set by the auth hook before any handler runs. */
+    apiKey: ApiKey | null
+  }
+  interface FastifyInstance {
+    /** Route hook: lets only management keys through. */
+    requireManagementKey: onRequestHookHandler
+  }
+}
+
+export interface AuthOptions {
+  /** Looks a key up by the SHA-256 (lowercase hex) of its text. */
+  findKey: (sha256: string) => ApiKey | undefined
+}
+
+const MissingHeader = createError('AUTH_MISSING_HEADER', 'Missing Authentication header: send Authorization: Bearer <key>', 401)
+const MalformedHeader = createError('AUTH_MALFORMED_HEADER', 'Invalid Authentication header: expected Authorization: Bearer <key>', 401)
+const UnknownKey = createError('AUTH_UNKNOWN_KEY', 'Invalid API key', 401)
+const NotManagementKey = createError('AUTH_NOT_MANAGEMENT_KEY', 'Only management keys can perform this operation', 403)
+
+const BEARER_PREFIX = /^Bearer \S/
+
+/** bearer-auth says "invalid header" for both a wrong scheme and an unknown key; users need to know which. */
+function explain (error: Error & { code?: string }, request: FastifyRequest): Error {
+  if (error.code === 'FST_BEARER_AUTH_MISSING_AUTHORIZATION_HEADER') return new MissingHeader()
+  if (error.code === 'FST_BEARER_AUTH_INVALID_AUTHORIZATION_HEADER') {
+    return BEARER_PREFIX.test(request.headers.authorization ?? '') ? new UnknownKey() : new MalformedHeader()
+  }
+  return error
+}
+
+async function authPlugin (app: FastifyInstance, { findKey }: AuthOptions) {
+  app.decorateRequest('apiKey', null)
+
+  await app.register(bearerAuth, {
+    keys: [],
+    // Only a hash is stored, so a key is resolved by hashing what was presented: one Map lookup,
+    // however many keys exist, and nothing to compare in variable time against a stored secret.
+    auth (key: string, request: FastifyRequest) {
+      const apiKey = findKey(createHash('sha256').update(key).digest('hex'))
+      if (apiKey === undefined) return false
+      request.apiKey = apiKey
+      return true
+    },
+    addHook: false,
+    // A failed login is the client's mistake, not ours: keep it out of the error level.
+    verifyErrorLogLevel: 'info'
+  })
+
+  const verify = app.verifyBearerAuth
+  if (verify === undefined) throw new Error('@fastify/bearer-auth did not decorate verifyBearerAuth')
+  // onRequest, before the query is even parsed: an anonymous caller costs us as little as possible.
+  app.addHook('onRequest', (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
+    verify(request, reply, (error?: Error) => done(error ? explain(error, request) : undefined))
+  })
+
+  app.decorate('requireManagementKey', function (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) {
+    done(request.apiKey?.kind === 'management' ? undefined : new NotManagementKey())
+  })
+}
+
+export default fp(authPlugin, { name: 'auth' })

@@ -1,0 +1,47 @@
+import { STATUS_CODES } from 'node:http'
+import fp from 'fastify-plugin'
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+
+/** The body every non-2xx answer carries; `code` always equals the HTTP status. */
+export function errorBody (code: number, message: string) {
+  return { error: { code, message } }
+}
+
+function statusOf (error: FastifyError): number {
+  const status = error.statusCode
+  return status !== undefined && status >= 400 && status <= 599 ? status : 500
+}
+
+function validationMessage (error: FastifyError): string {
+  const issue = error.validation?.[0]
+  const parameter = issue?.instancePath.replace(/^\//, '')
+  if (error.validationContext === 'querystring' && issue && parameter) {
+    return `Invalid query parameter '${parameter}': ${issue.message ?? 'is invalid'}`
+  }
+  return error.message
+}
+
+async function errorsPlugin (app: FastifyInstance) {
+  app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+    const status = statusOf(error)
+    if (status >= 500) {
+      // The real cause goes to the log (with the request id), never to the client.
+      request.log.error({ err: error }, 'request failed')
+      return reply.code(status).send(errorBody(status, STATUS_CODES[status] ?? 'Internal Server Error'))
+    }
+    const message = error.validation ? validationMessage(error) : error.message
+    return reply.code(status).send(errorBody(status, message))
+  })
+
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?', 1)[0] ?? request.url
+    // Every route is read-only: a known path asked with another method is a 405, not a 404.
+    if (request.method !== 'GET' && request.method !== 'HEAD' && app.hasRoute({ method: 'GET', url: path })) {
+      return reply.code(405).header('allow', 'GET, HEAD')
+        .send(errorBody(405, `Method ${request.method} is not allowed on ${path}; use GET`))
+    }
+    return reply.code(404).send(errorBody(404, `Not found: ${request.method} ${path}`))
+  })
+}
+
+export default fp(errorsPlugin, { name: 'errors' })

@@ -1,0 +1,128 @@
+import { readFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { Type, type TSchema, type Static } from '@sinclair/typebox'
+import { TypeCompiler } from '@sinclair/typebox/compiler'
+import { ValueErrorType, type ValueError } from '@sinclair/typebox/errors'
+import { COUNTRY_CODE_FORMAT } from '../schemas/formats.js'
+import { ProviderSchema } from '../schemas/provider.js'
+import { EndpointSchema } from '../schemas/endpoint.js'
+import { OrganizationSchema, ApiKeySchema } from '../schemas/fixtures.js'
+
+export const FIXTURE_FILES = {
+  providers: 'providers.json',
+  endpoints: 'zdr-endpoints.json',
+  organizations: 'organizations.json',
+  keys: 'keys.json'
+} as const
+
+const fileSchemas = {
+  providers: Type.Array(ProviderSchema),
+  endpoints: Type.Array(EndpointSchema),
+  organizations: Type.Array(OrganizationSchema),
+  keys: Type.Array(ApiKeySchema)
+}
+
+type FileName = keyof typeof fileSchemas
+
+export type DirectoryData = { [name in FileName]: Static<(typeof fileSchemas)[name]> }
+
+export class FixtureError extends Error {
+  override name = 'FixtureError'
+}
+
+// Compiled once: checking a million members takes a fraction of a second this way,
+// and the slower error walk only runs when a file is invalid.
+const checkers = Object.fromEntries(
+  Object.entries(fileSchemas).map(([name, schema]) => [name, TypeCompiler.Compile(schema)])
+) as { [name in FileName]: ReturnType<typeof TypeCompiler.Compile<(typeof fileSchemas)[name]>> }
+
+/** Reads and validates the four data files; throws a FixtureError naming file, record and field. */
+export async function loadFixtures (dir: string): Promise<DirectoryData> {
+  const entries = await Promise.all(
+    (Object.keys(fileSchemas) as FileName[]).map(async (name) => [name, await readFixture(dir, name)] as const)
+  )
+  const data = Object.fromEntries(entries) as DirectoryData
+  assertUnique(FIXTURE_FILES.providers, data.providers.map((provider) => provider.slug), 'slug')
+  assertUnique(FIXTURE_FILES.organizations, data.organizations.map((organization) => organization.id), 'id')
+  assertUnique(FIXTURE_FILES.keys, data.keys.map((key) => key.sha256), 'sha256')
+  data.organizations.forEach((organization, index) => {
+    assertUnique(FIXTURE_FILES.organizations, organization.members.map((member) => member.id), 'id', `[${index}].members`)
+  })
+  return data
+}
+
+async function readFixture<N extends FileName> (dir: string, name: N): Promise<DirectoryData[N]> {
+  const file = FIXTURE_FILES[name]
+  let text: string
+  try {
+    text = await readFile(join(dir, file), 'utf8')
+  } catch (err) {
+    throw new FixtureError(`${file}: cannot read ${join(dir, file)} (${(err as NodeJS.ErrnoException).code ?? String(err)})`)
+  }
+  let value: unknown
+  try {
+    value = JSON.parse(text)
+  } catch (err) {
+    throw new FixtureError(`${file}: not valid JSON (${(err as Error).message})`)
+  }
+  const checker = checkers[name]
+  if (!checker.Check(value)) {
+    const first = checker.Errors(value).First()
+    throw new FixtureError(`${file}: ${first ? describe(first) : 'invalid'}`)
+  }
+  return value as DirectoryData[N]
+}
+
+function assertUnique (file: string, values: string[], field: string, at = '') {
+  const seen = new Map<string, number>()
+  values.forEach((value, index) => {
+    const previous = seen.get(value)
+    if (previous !== undefined) {
+      throw new FixtureError(`${file}: ${at}[${index}].${field}: ${JSON.stringify(value)} duplicates ${at}[${previous}].${field}`)
+    }
+    seen.set(value, index)
+  })
+}
+
+/** `/3/datacenters/1` becomes `[3].datacenters[1]`, the way a reader points into the file. */
+function formatPath (pointer: string): string {
+  return pointer.split('/').slice(1).map((part) => /^\d+$/.test(part) ? `[${part}]` : `.${part}`).join('').replace(/^\./, '')
+}
+
+function describe (error: ValueError): string {
+  // A nullable field fails as a union; the useful message is the one of the non-null branch.
+  if (error.type === ValueErrorType.Union) {
+    const choices = (error.schema.anyOf as TSchema[]).map((branch) => branch.const)
+    if (choices.every((choice) => choice !== undefined)) {
+      return `${formatPath(error.path)}: ${JSON.stringify(error.value)} is not one of ${choices.map((c) => JSON.stringify(c)).join(', ')}`
+    }
+    const branches = error.errors.map((iterator) => iterator.First()).filter((e): e is ValueError => e !== undefined)
+    const informative = branches.find((e) => e.type !== ValueErrorType.Null) ?? branches[0]
+    if (informative) return describe(informative)
+  }
+  const where = formatPath(error.path) || '(top level)'
+  return `${where}: ${explain(error)}`
+}
+
+function explain (error: ValueError): string {
+  const value = JSON.stringify(error.value)
+  switch (error.type) {
+    case ValueErrorType.ObjectRequiredProperty:
+      return 'is required'
+    case ValueErrorType.ObjectAdditionalProperties:
+      return 'is not a known field'
+    case ValueErrorType.StringFormat:
+      return formatMessage(error.schema, value)
+    default:
+      return `${value}: ${error.message.charAt(0).toLowerCase()}${error.message.slice(1)}`
+  }
+}
+
+function formatMessage (schema: TSchema, value: string): string {
+  switch (schema.format) {
+    case COUNTRY_CODE_FORMAT: return `${value} is not an ISO 3166-1 alpha-2 code`
+    case 'uri': return `${value} is not an http(s) URL`
+    case 'email': return `${value} is not an e-mail address`
+    default: return `${value} does not match format ${schema.format}`
+  }
+}

@@ -1,0 +1,22 @@
+import { Type, type Static } from '@sinclair/typebox'
+import { MemberSchema } from './member.js'
+
+// Shapes of the data files that are not served as-is.
+export const OrganizationSchema = Type.Object({
+  id: Type.String({ minLength: 1 }),
+  name: Type.String({ minLength: 1 }),
+  members: Type.Array(MemberSchema)
+}, { additionalProperties: false })
+
+export type Organization = Static<typeof OrganizationSchema>
+
+export const KEY_KINDS = ['standard', 'management'] as const
+
+export const ApiKeySchema = Type.Object({
+  name: Type.String({ minLength: 1 }),
+  sha256: Type.String({ pattern: '^[0-9a-f]{64}$', description: 'SHA-256 of the key, lowercase hex; the key itself is never stored' }),
+  kind: Type.Union(KEY_KINDS.map((kind) => Type.Literal(kind))),
+  organization_id: Type.String({ minLength: 1 })
+}, { additionalProperties: false })
+
+export type ApiKey = Static<typeof ApiKeySchema>

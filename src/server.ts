@@ -1,0 +1,35 @@
+import closeWithGrace from 'close-with-grace'
+import { buildApp } from './app.js'
+import { loadConfig } from './config.js'
+import { loadFixtures } from './repositories/fixtures.js'
+import { createDirectoryRepository } from './repositories/directory.js'
+
+async function main () {
+  let config
+  let data
+  try {
+    config = loadConfig()
+    data = await loadFixtures(config.FIXTURES_DIR)
+  } catch (error) {
+    // Bad configuration or data: say which and stop before listening.
+    process.stderr.write(`cannot start: ${(error as Error).message}\n`)
+    process.exit(1)
+  }
+
+  const app = buildApp({
+    repository: createDirectoryRepository(data),
+    // JSON lines for log collectors; readable lines only when a person watches a terminal.
+    log: { level: config.LOG_LEVEL, pretty: process.stdout.isTTY }
+  })
+
+  closeWithGrace({ delay: config.SHUTDOWN_GRACE_MS }, async ({ signal, err }) => {
+    if (err) app.log.error({ err }, 'shutting down after an error')
+    else app.log.info({ signal }, 'shutting down')
+    await app.close()
+  })
+
+  await app.listen({ host: config.HOST, port: config.PORT })
+  app.log.info({ providers: data.providers.length, endpoints: data.endpoints.length, organizations: data.organizations.length, keys: data.keys.length, fixtures: config.FIXTURES_DIR }, 'directory loaded')
+}
+
+await main()

@@ -1,0 +1,115 @@
+import { createHash } from 'node:crypto'
+import { Writable } from 'node:stream'
+import { buildApp, type LogOptions } from '../src/app.js'
+import { createDirectoryRepository, type DirectoryRepository } from '../src/repositories/directory.js'
+import type { DirectoryData } from '../src/repositories/fixtures.js'
+import type { Provider } from '../src/schemas/provider.js'
+import type { Endpoint } from '../src/schemas/endpoint.js'
+import type { Member } from '../src/schemas/member.js'
+import type { ApiKey } from '../src/schemas/fixtures.js'
+
+export const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
+
+export function makeProvider (i: number, overrides: Partial<Provider> = {}): Provider {
+  return {
+    name: `Provider ${i}`,
+    slug: `provider-${i}`,
+    privacy_policy_url: `https://provider-${i}.example/privacy`,
+    terms_of_service_url: `https://provider-${i}.example/terms`,
+    headquarters: 'US',
+    datacenters: ['US', 'DE'],
+    ...overrides
+  }
+}
+
+export function makeEndpoint (i: number, overrides: Partial<Endpoint> = {}): Endpoint {
+  return {
+    model_id: `vendor/model-${i}`,
+    model_name: `Vendor: Model ${i}`,
+    name: `Provider ${i} | vendor/model-${i}`,
+    provider_name: `Provider ${i}`,
+    tag: `provider-${i}/fp8`,
+    context_length: 131072,
+    max_prompt_tokens: null,
+    max_completion_tokens: 16384,
+    pricing: { prompt: '0.0000003', completion: '0.0000025', image: '0', request: '0' },
+    quantization: 'fp8',
+    status: 0,
+    supported_parameters: ['max_tokens', 'temperature', 'tools'],
+    supports_implicit_caching: i % 2 === 0,
+    supports_tool_choice: { auto: true, function: true, none: true, required: false },
+    latency_last_30m: { p50: 410, p75: 520, p90: 800, p99: 1500.5 },
+    throughput_last_30m: { p50: 88.2, p75: 70, p90: 51.5, p99: 20 },
+    uptime_last_5m: 100,
+    uptime_last_30m: 99.5,
+    uptime_last_1d: 99.91,
+    ...overrides
+  }
+}
+
+export function makeMembers (prefix: string, count: number): Member[] {
+  return Array.from({ length: count }, (_, i) => ({
+    id: `user_${prefix}_${i}`,
+    email: `person${i}@${prefix}.example`,
+    first_name: i % 5 === 0 ? null : `First${i}`,
+    last_name: i % 7 === 0 ? null : `Last${i}`,
+    role: i === 0 ? 'org:admin' : 'org:member'
+  }))
+}
+
+/** Plaintext keys of the test data set; the data holds only their hashes. */
+export const KEYS = {
+  alphaManagement: 'test-alpha-management-key',
+  alphaStandard: 'test-alpha-standard-key',
+  betaManagement: 'test-beta-management-key',
+  orphanManagement: 'test-orphan-management-key'
+}
+
+const keyRecords: ApiKey[] = [
+  { name: 'alpha-management', sha256: sha256(KEYS.alphaManagement), kind: 'management', organization_id: 'org_alpha' },
+  { name: 'alpha-standard', sha256: sha256(KEYS.alphaStandard), kind: 'standard', organization_id: 'org_alpha' },
+  { name: 'beta-management', sha256: sha256(KEYS.betaManagement), kind: 'management', organization_id: 'org_beta' },
+  { name: 'orphan-management', sha256: sha256(KEYS.orphanManagement), kind: 'management', organization_id: 'org_gone' }
+]
+
+export function makeData (overrides: Partial<DirectoryData> = {}): DirectoryData {
+  return {
+    providers: [makeProvider(1), makeProvider(2, { headquarters: null, datacenters: null }), makeProvider(3)],
+    endpoints: [makeEndpoint(1), makeEndpoint(2)],
+    organizations: [
+      { id: 'org_alpha', name: 'Alpha', members: makeMembers('alpha', 250) },
+      { id: 'org_beta', name: 'Beta', members: makeMembers('beta', 3) }
+    ],
+    keys: keyRecords,
+    ...overrides
+  }
+}
+
+export const bearer = (key: string) => ({ authorization: `Bearer ${key}` })
+
+/** Collects what the app logs, one parsed JSON object per line. */
+export function captureLogs () {
+  const lines: Array<Record<string, unknown>> = []
+  const raw: string[] = []
+  const stream = new Writable({
+    write (chunk, _encoding, callback) {
+      for (const line of String(chunk).split('\n').filter(Boolean)) {
+        raw.push(line)
+        lines.push(JSON.parse(line))
+      }
+      callback()
+    }
+  })
+  return { lines, raw, log: { level: 'trace', stream } }
+}
+
+export interface BuildOptions {
+  data?: DirectoryData
+  repository?: DirectoryRepository
+  log?: LogOptions
+}
+
+/** The app over test data; close it in afterEach/afterAll. */
+export function build ({ data = makeData(), repository = createDirectoryRepository(data), log }: BuildOptions = {}) {
+  return buildApp({ repository, log })
+}
