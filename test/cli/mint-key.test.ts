@@ -1,0 +1,56 @@
+import { execFile } from 'node:child_process'
+import { cp, mkdtemp, readFile, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { sha256 } from '../helper.js'
+import { startServer } from '../process.js'
+
+const run = promisify(execFile)
+const mintKey = (...args: string[]) => run(process.execPath, ['dist/cli/mint-key.js', ...args])
+
+describe('npm run key', () => {
+  let dir: string
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'keys-'))
+    await cp('fixtures', dir, { recursive: true })
+  })
+  afterEach(() => rm(dir, { recursive: true, force: true }))
+
+  it('prints a strong key once and records only its hash; the server then accepts it', async () => {
+    const { stdout } = await mintKey('--kind', 'management', '--org', 'org_2vQmGlobex002', '--name', 'ci', '--fixtures-dir', dir)
+    const key = stdout.trim()
+    expect(key).toMatch(/^sk-or-v1-[0-9a-f]{64}$/)
+    const file = await readFile(join(dir, 'keys.json'), 'utf8')
+    expect(file).not.toContain(key)
+    expect(JSON.parse(file).at(-1)).toEqual({ name: 'ci', sha256: sha256(key), kind: 'management', organization_id: 'org_2vQmGlobex002' })
+
+    const server = await startServer({ FIXTURES_DIR: dir })
+    try {
+      const res = await fetch(`${server.url}/v1/organization/members`, { headers: { authorization: `Bearer ${key}` } })
+      expect(res.status).toBe(200)
+      expect((await res.json()).total_count).toBe(8)
+    } finally {
+      server.process.kill('SIGTERM')
+      await server.exited
+    }
+    expect(server.output()).not.toContain(key)
+  })
+
+  it('mints a different key every time', async () => {
+    const a = await mintKey('--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'a', '--fixtures-dir', dir)
+    const b = await mintKey('--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'b', '--fixtures-dir', dir)
+    expect(a.stdout).not.toBe(b.stdout)
+  })
+
+  it.each([
+    [['--kind', 'root', '--org', 'o', '--name', 'x'], 'usage:'],
+    [['--org', 'o', '--name', 'x'], 'usage:'],
+    [['--kind', 'standard', '--org', 'o', '--name', 'acme-management'], 'exists already']
+  ])('refuses %o and leaves keys.json as it was', async (args, message) => {
+    const before = await readFile(join(dir, 'keys.json'), 'utf8')
+    await expect(mintKey(...args, '--fixtures-dir', dir)).rejects.toMatchObject({ code: 1, stderr: expect.stringContaining(message) })
+    expect(await readFile(join(dir, 'keys.json'), 'utf8')).toBe(before)
+  })
+})

@@ -1,0 +1,76 @@
+import { afterEach, describe, expect, it } from 'vitest'
+import { createDirectoryRepository } from '../../src/repositories/directory.js'
+import { KEYS, bearer, build, captureLogs, makeData } from '../helper.js'
+
+describe('the error shape', () => {
+  let app: ReturnType<typeof build>
+  afterEach(() => app.close())
+
+  it.each(['/v1/nothing-here', '/nothing-here', '/', '/v1', '/v2/providers'])('answers 404 with the error shape for %s', async (url) => {
+    app = build()
+    const res = await app.inject({ url, headers: bearer(KEYS.alphaManagement) })
+    expect(res.statusCode).toBe(404)
+    expect(res.headers['content-type']).toBe('application/json; charset=utf-8')
+    expect(res.json()).toEqual({ error: { code: 404, message: `Not found: GET ${url}` } })
+  })
+
+  it.each(['POST', 'PUT', 'PATCH', 'DELETE'] as const)('answers %s on a known path with 405 and Allow', async (method) => {
+    app = build()
+    const res = await app.inject({ method, url: '/v1/organization/members?limit=5', headers: bearer(KEYS.alphaManagement) })
+    expect(res.statusCode).toBe(405)
+    expect(res.headers.allow).toBe('GET, HEAD')
+    expect(res.json()).toEqual({ error: { code: 405, message: `Method ${method} is not allowed on /v1/organization/members; use GET` } })
+  })
+
+  it('answers a malformed JSON body on a wrong method with the error shape', async () => {
+    app = build()
+    const res = await app.inject({ method: 'POST', url: '/v1/providers', headers: { 'content-type': 'application/json' }, payload: '{"broken' })
+    expect(res.statusCode).toBeGreaterThanOrEqual(400)
+    expect(res.json().error.code).toBe(res.statusCode)
+  })
+
+  it('answers HEAD like GET, without a body', async () => {
+    app = build()
+    const res = await app.inject({ method: 'HEAD', url: '/v1/providers', headers: bearer(KEYS.alphaManagement) })
+    expect(res.statusCode).toBe(200)
+    expect(res.body).toBe('')
+  })
+
+  it('answers 500 with a generic message when the data layer fails, and logs the cause with the request id', async () => {
+    const repository = createDirectoryRepository(makeData())
+    const failure = new Error('disk on fire at /var/secret/path')
+    const logs = captureLogs()
+    app = build({
+      repository: { ...repository, providersJson: () => { throw failure }, memberPageJson: () => { throw failure } },
+      log: logs.log
+    })
+    for (const url of ['/v1/providers', '/v1/organization/members']) {
+      const res = await app.inject({ url, headers: bearer(KEYS.alphaManagement) })
+      expect(res.statusCode).toBe(500)
+      expect(res.headers['content-type']).toBe('application/json; charset=utf-8')
+      expect(res.json()).toEqual({ error: { code: 500, message: 'Internal Server Error' } })
+      expect(res.body).not.toContain('disk on fire')
+      expect(res.body).not.toContain('at ')
+    }
+    const logged = logs.lines.filter((line) => line.level === 50)
+    expect(logged.length).toBeGreaterThanOrEqual(2)
+    expect(logged[0]!.reqId).toBeTruthy()
+    expect((logged[0]!.err as { message: string }).message).toBe('disk on fire at /var/secret/path')
+    // The endpoints list still works: one broken source does not take the others down.
+    expect((await app.inject({ url: '/v1/endpoints/zdr', headers: bearer(KEYS.alphaManagement) })).statusCode).toBe(200)
+  })
+
+  it('writes one access line per request, with method, path, status, duration and request id', async () => {
+    const logs = captureLogs()
+    app = build({ log: logs.log })
+    await app.inject({ url: '/v1/providers?x=1', headers: bearer(KEYS.alphaManagement) })
+    await app.inject({ url: '/v1/missing', headers: bearer(KEYS.alphaManagement) })
+    const access = logs.lines.filter((line) => line.msg === 'request completed')
+    expect(access).toHaveLength(2)
+    expect(access[0]).toMatchObject({ method: 'GET', url: '/v1/providers?x=1', statusCode: 200, level: 30 })
+    expect(typeof access[0]!.responseTime).toBe('number')
+    expect(access[0]!.reqId).toBeTruthy()
+    expect(access[1]).toMatchObject({ url: '/v1/missing', statusCode: 404 })
+    for (const line of access) expect(logs.lines.filter((other) => other.reqId === line.reqId)).toHaveLength(1)
+  })
+})

@@ -1,0 +1,90 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { BUNDLED_FIXTURES_DIR } from '../../src/config.js'
+import { FIXTURE_FILES, loadFixtures, type DirectoryData } from '../../src/repositories/fixtures.js'
+import { makeData, makeEndpoint, makeProvider } from '../helper.js'
+
+let dir: string
+beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'fixtures-')) })
+afterEach(() => rm(dir, { recursive: true, force: true }))
+
+async function writeData (data: DirectoryData) {
+  await Promise.all((Object.keys(FIXTURE_FILES) as Array<keyof DirectoryData>).map((name) =>
+    writeFile(join(dir, FIXTURE_FILES[name]), JSON.stringify(data[name]))))
+}
+
+async function loadError (data: Record<string, unknown>) {
+  await writeData({ ...makeData(), ...data } as DirectoryData)
+  return loadFixtures(dir).then(() => 'loaded', (error: Error) => error.message)
+}
+
+describe('the bundled fixtures', () => {
+  it('are valid and realistic in size', async () => {
+    const data = await loadFixtures(BUNDLED_FIXTURES_DIR)
+    expect(data.providers.length).toBeGreaterThanOrEqual(24)
+    expect(data.endpoints.length).toBeGreaterThanOrEqual(24)
+    expect(data.organizations).toHaveLength(2)
+    expect(new Set(data.keys.map((key) => key.kind))).toEqual(new Set(['standard', 'management']))
+  })
+})
+
+describe('loading fixtures', () => {
+  it('returns the records exactly as written, in order', async () => {
+    const data = makeData()
+    await writeData(data)
+    expect(await loadFixtures(dir)).toStrictEqual(data)
+  })
+
+  const providers = [makeProvider(0), makeProvider(1), makeProvider(2), makeProvider(3)]
+  const cases: Array<[string, Record<string, unknown>, string]> = [
+    ['an unknown country code', { providers: providers.map((p, i) => i === 3 ? { ...p, headquarters: 'ZZ' } : p) },
+      'providers.json: [3].headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code'],
+    ['a lowercase country code', { providers: [makeProvider(0, { headquarters: 'us' })] },
+      'providers.json: [0].headquarters: "us" is not an ISO 3166-1 alpha-2 code'],
+    ['a bad datacenter', { providers: [makeProvider(0, { datacenters: ['US', 'UK'] })] },
+      'providers.json: [0].datacenters[1]: "UK" is not an ISO 3166-1 alpha-2 code'],
+    ['a URL that is not http(s)', { providers: [makeProvider(0, { privacy_policy_url: 'ftp://x.example/p' })] },
+      'providers.json: [0].privacy_policy_url: "ftp://x.example/p" is not an http(s) URL'],
+    ['a missing privacy_policy_url', { providers: [{ name: 'A', slug: 'a' }] },
+      'providers.json: [0].privacy_policy_url: is required'],
+    ['an unknown field', { providers: [{ ...makeProvider(0), headquarter: 'US' }] },
+      'providers.json: [0].headquarter: is not a known field'],
+    ['a duplicate slug', { providers: [makeProvider(0), makeProvider(0)] },
+      'providers.json: [1].slug: "provider-0" duplicates [0].slug'],
+    ['a fractional context length', { endpoints: [makeEndpoint(0), makeEndpoint(1, { context_length: 1.5 })] },
+      'zdr-endpoints.json: [1].context_length: 1.5: expected integer'],
+    ['a price that is a number', { endpoints: [makeEndpoint(0, { pricing: { prompt: 0.1, completion: '0', image: '0', request: '0' } as never })] },
+      'zdr-endpoints.json: [0].pricing.prompt: 0.1: expected string'],
+    ['a missing uptime key', { endpoints: [(({ uptime_last_1d: _, ...rest }) => rest)(makeEndpoint(0))] },
+      'zdr-endpoints.json: [0].uptime_last_1d: is required'],
+    ['an unknown role', { organizations: [{ id: 'o', name: 'O', members: [{ id: 'u', email: 'u@o.example', first_name: null, last_name: null, role: 'admin' }] }] },
+      'organizations.json: [0].members[0].role: "admin" is not one of "org:admin", "org:member"'],
+    ['a bad e-mail', { organizations: [{ id: 'o', name: 'O', members: [{ id: 'u', email: 'nobody', first_name: null, last_name: null, role: 'org:admin' }] }] },
+      'organizations.json: [0].members[0].email: "nobody" is not an e-mail address'],
+    ['a duplicate member id', { organizations: [{ id: 'o', name: 'O', members: [{ id: 'u', email: 'u@o.example', first_name: null, last_name: null, role: 'org:admin' }, { id: 'u', email: 'v@o.example', first_name: null, last_name: null, role: 'org:member' }] }] },
+      'organizations.json: [0].members[1].id: "u" duplicates [0].members[0].id'],
+    ['a key stored in clear', { keys: [{ name: 'k', sha256: 'sk-or-v1-plaintext', kind: 'standard', organization_id: 'o' }] },
+      'keys.json: [0].sha256: "sk-or-v1-plaintext": expected string to match'],
+    ['an unknown key kind', { keys: [{ name: 'k', sha256: 'a'.repeat(64), kind: 'admin', organization_id: 'o' }] },
+      'keys.json: [0].kind: "admin" is not one of "standard", "management"'],
+    ['a file that is not an array', { keys: {} },
+      'keys.json: (top level): {}: expected array']
+  ]
+  it.each(cases)('names the file, record and field for %s', async (_case, data, message) => {
+    expect(await loadError(data)).toContain(message)
+  })
+
+  it('names the file when it is not JSON', async () => {
+    await writeData(makeData())
+    await writeFile(join(dir, 'zdr-endpoints.json'), '[{"model_id": ')
+    await expect(loadFixtures(dir)).rejects.toThrow(/^zdr-endpoints\.json: not valid JSON/)
+  })
+
+  it('names the file when it is missing', async () => {
+    await writeData(makeData())
+    await rm(join(dir, 'keys.json'))
+    await expect(loadFixtures(dir)).rejects.toThrow(/^keys\.json: cannot read .*keys\.json \(ENOENT\)/)
+  })
+})

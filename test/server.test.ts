@@ -1,0 +1,75 @@
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { failToStart, startServer } from './process.js'
+
+// The plaintext dev keys the README lists; the bundled keys.json holds their hashes.
+const DEV_MANAGEMENT_KEY = 'sk-or-v1-dev-acme-mgmt-6f1d0c7a9b2e4f8c8d3a1b5e7c9f0a2d'
+
+describe('the server process on the bundled fixtures', () => {
+  it('serves the three operations over a real socket and exits 0 on SIGTERM', async () => {
+    const server = await startServer()
+    const get = (path: string) => fetch(`${server.url}${path}`, { headers: { authorization: `Bearer ${DEV_MANAGEMENT_KEY}` } })
+
+    const providers = await get('/v1/providers')
+    expect(providers.status).toBe(200)
+    expect(providers.headers.get('content-type')).toBe('application/json; charset=utf-8')
+    expect((await providers.json()).data.length).toBeGreaterThan(20)
+    expect((await (await get('/v1/endpoints/zdr')).json()).data.length).toBeGreaterThan(20)
+    const members = await (await get('/v1/organization/members?offset=100&limit=100')).json()
+    expect(members.total_count).toBe(130)
+    expect(members.data).toHaveLength(30)
+    expect((await fetch(`${server.url}/v1/providers`)).status).toBe(401)
+
+    server.process.kill('SIGTERM')
+    expect(await server.exited).toBe(0)
+    // One JSON line per event, and no key in any of them.
+    const lines = server.output().trim().split('\n')
+    expect(lines.every((line) => JSON.parse(line))).toBeTruthy()
+    expect(server.output()).not.toContain(DEV_MANAGEMENT_KEY)
+  })
+
+  it('exits 0 on SIGINT too', async () => {
+    const server = await startServer()
+    server.process.kill('SIGINT')
+    expect(await server.exited).toBe(0)
+  })
+})
+
+describe('refusing to start', () => {
+  let dir: string
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'bad-fixtures-'))
+    await cp('fixtures', dir, { recursive: true })
+    const providers = JSON.parse(await readFile(join(dir, 'providers.json'), 'utf8'))
+    providers[3].headquarters = 'ZZ'
+    await writeFile(join(dir, 'providers.json'), JSON.stringify(providers))
+  })
+  afterAll(() => rm(dir, { recursive: true, force: true }))
+
+  it('stops before listening when a fixture is invalid, naming file, record and field', async () => {
+    const { code, output } = await failToStart({ FIXTURES_DIR: dir })
+    expect(code).toBe(1)
+    expect(output).toContain('providers.json: [3].headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code')
+    expect(output).not.toContain('listening')
+  })
+
+  it('stops when the fixtures folder does not exist', async () => {
+    const { code, output } = await failToStart({ FIXTURES_DIR: join(dir, 'nope') })
+    expect(code).toBe(1)
+    expect(output).toMatch(/cannot read .*nope/)
+  })
+
+  it.each([
+    [{ PORT: 'abc' }, 'PORT'],
+    [{ PORT: '70000' }, 'PORT'],
+    [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'],
+    [{ SHUTDOWN_GRACE_MS: '-5' }, 'SHUTDOWN_GRACE_MS']
+  ])('stops on a bad setting %o, naming it', async (env, name) => {
+    const { code, output } = await failToStart(env)
+    expect(code).toBe(1)
+    expect(output).toContain(name)
+    expect(output).not.toMatch(/\n\s+at /)
+  })
+})
