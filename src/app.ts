@@ -1,4 +1,5 @@
 import Fastify, { type FastifyServerOptions } from 'fastify'
+import type { DestinationStream } from 'pino'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { AccessLogController } from './access-log.js'
 import type { DirectoryRepository } from './repositories/directory.js'
@@ -11,7 +12,7 @@ import organizationRoutes from './routes/v1/organization.js'
 export interface LogOptions {
   level: string
   /** Where JSON lines go; stdout when absent. */
-  stream?: NodeJS.WritableStream
+  stream?: DestinationStream
   /** Human-readable lines, for a person watching a terminal. */
   pretty?: boolean
 }

@@ -41,7 +41,7 @@ describe('the error shape', () => {
     const failure = new Error('disk on fire at /var/secret/path')
     const logs = captureLogs()
     app = build({
-      repository: { ...repository, providersJson: () => { throw failure }, memberPageJson: () => { throw failure } },
+      repository: { ...repository, providers: () => { throw failure }, memberPageJson: () => { throw failure } },
       log: logs.log
     })
     for (const url of ['/v1/providers', '/v1/organization/members']) {

@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { DirectoryRepository } from '../../repositories/directory.js'
 import { EndpointListSchema } from '../../schemas/endpoint.js'
 import { ErrorSchema } from '../../schemas/common.js'
-import { sendSerialized } from './json.js'
+import { sendList } from './json.js'
 
 const endpointRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepository }> = async (app, { repository }) => {
   app.get('/endpoints/zdr', {
@@ -12,7 +12,7 @@ const endpointRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepositor
       summary: 'Preview the impact of ZDR on the available endpoints',
       response: { 200: EndpointListSchema, 401: ErrorSchema, 500: ErrorSchema }
     }
-  }, async (_request, reply) => sendSerialized(reply, repository.zdrEndpointsJson()))
+  }, async (request, reply) => sendList(request, reply, repository.zdrEndpoints()))
 }
 
 export default endpointRoutes

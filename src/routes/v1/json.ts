@@ -1,4 +1,5 @@
-import type { FastifyReply } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { SerializedList } from '../../repositories/directory.js'
 
 /**
  * Sends a body that was validated and serialized at load. Naming the type makes Fastify send the
@@ -7,4 +8,25 @@ import type { FastifyReply } from 'fastify'
  */
 export function sendSerialized (reply: FastifyReply, json: Buffer | string) {
   return reply.type('application/json; charset=utf-8').send(json)
+}
+
+/**
+ * Sends a list with its precomputed strong ETag, or a bodiless 304 when the client already has it.
+ * (@fastify/etag would hash every other response of the scope, errors included, and only knows
+ * a single exact tag; this is the whole of If-None-Match, RFC 9110 section 13.1.2, in a few lines.)
+ */
+export function sendList (request: FastifyRequest, reply: FastifyReply, list: SerializedList) {
+  reply.header('etag', list.etag)
+  if (isNotModified(request.headers['if-none-match'], list.etag)) return reply.code(304).send()
+  return sendSerialized(reply, list.json)
+}
+
+function isNotModified (header: string | undefined, etag: string): boolean {
+  if (header === undefined) return false
+  if (header.trim() === '*') return true
+  // Weak comparison: W/"x" matches "x".
+  return header.split(',').some((tag) => {
+    const trimmed = tag.trim()
+    return trimmed === etag || trimmed === `W/${etag}`
+  })
 }

@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { DirectoryRepository } from '../../repositories/directory.js'
 import { ProviderListSchema } from '../../schemas/provider.js'
 import { ErrorSchema } from '../../schemas/common.js'
-import { sendSerialized } from './json.js'
+import { sendList } from './json.js'
 
 const providerRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepository }> = async (app, { repository }) => {
   app.get('/providers', {
@@ -12,7 +12,7 @@ const providerRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepositor
       summary: 'List all providers',
       response: { 200: ProviderListSchema, 401: ErrorSchema, 500: ErrorSchema }
     }
-  }, async (_request, reply) => sendSerialized(reply, repository.providersJson()))
+  }, async (request, reply) => sendList(request, reply, repository.providers()))
 }
 
 export default providerRoutes

@@ -1,0 +1,251 @@
+// npm run bench: measures the service against a raw node:http baseline that writes the very
+// same response bytes, in one run, alternating the two (A B A B ...), and prints the table that
+// BENCHMARKS.md holds. The load comes from wrk (a separate C process; installed from Debian when
+// missing), because an in-process Node.js load generator tops out near the server's own speed
+// on a 2-core machine.
+//
+// Settings (environment): BENCH_DURATION seconds per run (5), BENCH_ROUNDS (3),
+// BENCH_CONNECTIONS (50), BENCH_OUTPUT file to write the report to (BENCHMARKS.md; "-" for none).
+import { execFileSync, spawn } from 'node:child_process'
+import { createHash, randomBytes } from 'node:crypto'
+import { once } from 'node:events'
+import { cpSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { cpus, tmpdir, totalmem } from 'node:os'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+
+const DURATION = Number(process.env.BENCH_DURATION ?? 5)
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50)
+const OUTPUT = process.env.BENCH_OUTPUT ?? 'BENCHMARKS.md'
+const ROOT = new URL('..', import.meta.url).pathname
+const SERVER = join(ROOT, 'dist/server.js')
+const BASELINE = join(ROOT, 'scripts/bench-baseline.mjs')
+
+// The bundled management key of Acme AI (README, "Development keys").
+const BUNDLED_KEY = 'sk-or-v1-dev-acme-mgmt-6f1d0c7a9b2e4f8c8d3a1b5e7c9f0a2d'
+const BENCH_KEY = `sk-or-v1-${randomBytes(32).toString('hex')}`
+
+const work = mkdtempSync(join(tmpdir(), 'bench-'))
+const children = new Set()
+let nextPort = 3400
+
+process.on('exit', () => {
+  for (const child of children) child.kill('SIGKILL')
+  rmSync(work, { recursive: true, force: true })
+})
+for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => process.exit(130))
+
+function ensureWrk () {
+  try {
+    return execFileSync('wrk', ['--version'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }).split('\n')[0]
+  } catch (error) {
+    if (error.code !== 'ENOENT' && error.stdout) return error.stdout.split('\n')[0] // wrk --version exits 1
+  }
+  console.error('wrk not found: installing it from Debian (apt-get install wrk)')
+  execFileSync('sh', ['-c', 'apt-get update -qq && apt-get install -y -qq wrk'], { stdio: 'inherit' })
+  return ensureWrk()
+}
+
+const sha256 = (text) => createHash('sha256').update(text).digest('hex')
+
+/** A fixtures folder: the bundled providers and endpoints, one organization of `members`, `keys` keys. */
+function makeDataset (name, { members, keys }) {
+  const dir = join(work, name)
+  cpSync(join(ROOT, 'fixtures'), dir, { recursive: true })
+  const parts = []
+  for (let i = 0; i < members; i++) {
+    parts.push(JSON.stringify({ id: `user_${i}`, email: `member${i}@bench.example`, first_name: `First${i}`, last_name: `Last${i}`, role: i === 0 ? 'org:admin' : 'org:member' }))
+  }
+  writeFileSync(join(dir, 'organizations.json'), `[{"id":"org_bench","name":"Bench","members":[${parts.join(',')}]}]`)
+  const records = [{ name: 'bench', sha256: sha256(BENCH_KEY), kind: 'management', organization_id: 'org_bench' }]
+  for (let i = 1; i < keys; i++) {
+    records.push({ name: `key-${i}`, sha256: sha256(`other-key-${i}`), kind: i % 2 ? 'standard' : 'management', organization_id: 'org_bench' })
+  }
+  writeFileSync(join(dir, 'keys.json'), JSON.stringify(records))
+  return dir
+}
+
+function rssMb (pid) {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8')
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)[1]) / 1024
+}
+
+/** Starts the service as `npm start` does, with its log going to a file; times the first 200. */
+async function startService (name, fixturesDir, key) {
+  const port = nextPort++
+  const log = openSync(join(work, `${name}.log`), 'a')
+  const started = performance.now()
+  const child = spawn(process.execPath, [SERVER], {
+    env: { PATH: process.env.PATH, PORT: String(port), ...(fixturesDir ? { FIXTURES_DIR: fixturesDir } : {}) },
+    stdio: ['ignore', log, log]
+  })
+  children.add(child)
+  const url = `http://127.0.0.1:${port}`
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${name}: the service exited: ${readFileSync(join(work, `${name}.log`), 'utf8')}`)
+    try {
+      const res = await fetch(`${url}/v1/providers`, { headers: { authorization: `Bearer ${key}` } })
+      await res.arrayBuffer()
+      if (res.status === 200) break
+    } catch {}
+    await sleep(5)
+  }
+  const firstAnswerMs = performance.now() - started
+  await sleep(500)
+  return { name, url, key, child, firstAnswerMs, rssAfterStart: rssMb(child.pid) }
+}
+
+/** Starts a baseline answering with the bytes the service sends for `path` (and these headers). */
+async function startBaseline (service, path, requestHeaders) {
+  const res = await fetch(`${service.url}${path}`, { headers: { authorization: `Bearer ${service.key}`, ...requestHeaders } })
+  const headers = {}
+  for (const [name, value] of res.headers) {
+    if (!['date', 'connection', 'keep-alive'].includes(name)) headers[name] = value
+  }
+  const file = join(work, `baseline-${nextPort}.json`)
+  writeFileSync(file, JSON.stringify({ status: res.status, headers, body: Buffer.from(await res.arrayBuffer()).toString('base64') }))
+  const port = nextPort++
+  const child = spawn(process.execPath, [BASELINE, file, String(port)], { stdio: ['ignore', 'pipe', 'inherit'] })
+  children.add(child)
+  await once(child.stdout, 'data')
+  return { url: `http://127.0.0.1:${port}`, child, status: res.status }
+}
+
+function stop (child) {
+  child.kill('SIGTERM')
+  children.delete(child)
+  return once(child, 'exit')
+}
+
+const UNITS = { us: 0.001, ms: 1, s: 1000 }
+const toMs = (text) => { const [, n, unit] = /([\d.]+)(us|ms|s)/.exec(text); return Number(n) * UNITS[unit] }
+
+function wrk (url, headers, seconds = DURATION) {
+  const args = ['-t1', `-c${CONNECTIONS}`, `-d${seconds}s`, '--latency']
+  for (const [name, value] of Object.entries(headers)) args.push('-H', `${name}: ${value}`)
+  const out = execFileSync('wrk', [...args, url], { encoding: 'utf8' })
+  const socket = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out)
+  const non2xx = /Non-2xx or 3xx responses: (\d+)/.exec(out)
+  return {
+    rps: Number(/Requests\/sec:\s+([\d.]+)/.exec(out)[1]),
+    p50: toMs(/^\s+50%\s+(\S+)/m.exec(out)[1]),
+    p99: toMs(/^\s+99%\s+(\S+)/m.exec(out)[1]),
+    errors: (non2xx ? Number(non2xx[1]) : 0) + (socket ? socket.slice(1).reduce((sum, n) => sum + Number(n), 0) : 0)
+  }
+}
+
+const median = (values) => { const s = [...values].sort((a, b) => a - b); return s[Math.floor(s.length / 2)] }
+const summarize = (runs) => ({
+  rps: median(runs.map((r) => r.rps)),
+  p50: median(runs.map((r) => r.p50)),
+  p99: median(runs.map((r) => r.p99)),
+  errors: runs.reduce((sum, r) => sum + r.errors, 0)
+})
+
+/** Alternates the targets (A B A B ...) for ROUNDS rounds after a short warm-up of each. */
+function alternate (targets) {
+  for (const t of targets) wrk(t.url, t.headers, 1)
+  const runs = targets.map(() => [])
+  for (let round = 0; round < ROUNDS; round++) {
+    targets.forEach((t, i) => runs[i].push(wrk(t.url, t.headers)))
+  }
+  return runs.map(summarize)
+}
+
+const fmt = (n, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits })
+const ms = (n) => `${fmt(n, 2)} ms`
+
+async function main () {
+  const wrkVersion = ensureWrk()
+  const lines = []
+  const print = (line = '') => { lines.push(line); console.log(line) }
+
+  console.error('preparing data sets (an organization of 1,000,000 members, a keys file of 100,000 keys)...')
+  const small = makeDataset('members-100', { members: 100, keys: 3 })
+  const large = makeDataset('members-1000000', { members: 1_000_000, keys: 3 })
+  const manyKeys = makeDataset('keys-100000', { members: 100, keys: 100_000 })
+
+  const bundled = await startService('bundled', undefined, BUNDLED_KEY)
+  const auth = (service) => ({ authorization: `Bearer ${service.key}` })
+
+  print(`# Benchmarks`)
+  print()
+  print(`Command: \`npm run bench\` (${ROUNDS} rounds of ${DURATION} s per target, alternated; ${CONNECTIONS} connections;` +
+    ` load from ${wrkVersion.split(' [')[0]}, one thread, a separate process).`)
+  print(`Machine: ${cpus().length} × ${cpus()[0].model.trim()}, ${fmt(totalmem() / 2 ** 30, 0)} GiB; Node.js ${process.version}; ${new Date().toISOString().slice(0, 10)}.`)
+  print('The service runs with its default configuration (LOG_LEVEL=info, one access line per request) and its log')
+  print('going to a file, as a container runtime would take it. The baseline is a raw `node:http` server writing the')
+  print('same status, headers and body from a precomputed buffer. Figures are medians over the rounds.')
+  print()
+  print('## Service against baseline (bundled fixtures)')
+  print()
+  print('| Operation | Service req/s | Baseline req/s | Ratio | Service p50 / p99 | Baseline p50 / p99 | Errors |')
+  print('|---|---:|---:|---:|---:|---:|---:|')
+
+  const operations = [
+    { label: 'GET /v1/providers', path: '/v1/providers' },
+    { label: 'GET /v1/endpoints/zdr', path: '/v1/endpoints/zdr' },
+    { label: 'GET /v1/organization/members?offset=100&limit=100', path: '/v1/organization/members?offset=100&limit=100' },
+    { label: 'GET /v1/providers, If-None-Match (304)', path: '/v1/providers', conditional: true },
+    { label: 'GET /v1/endpoints/zdr, If-None-Match (304)', path: '/v1/endpoints/zdr', conditional: true }
+  ]
+  for (const op of operations) {
+    const headers = { ...auth(bundled) }
+    if (op.conditional) {
+      const res = await fetch(`${bundled.url}${op.path}`, { headers })
+      await res.arrayBuffer()
+      headers['if-none-match'] = res.headers.get('etag') ?? '"none"'
+    }
+    const baseline = await startBaseline(bundled, op.path, op.conditional ? { 'if-none-match': headers['if-none-match'] } : {})
+    const [s, b] = alternate([{ url: `${bundled.url}${op.path}`, headers }, { url: baseline.url, headers }])
+    await stop(baseline.child)
+    print(`| ${op.label} | ${fmt(s.rps)} | ${fmt(b.rps)} | ${fmt(s.rps / b.rps, 2)} | ${ms(s.p50)} / ${ms(s.p99)} | ${ms(b.p50)} / ${ms(b.p99)} | ${s.errors} |`)
+  }
+  const bundledRssAfterLoad = rssMb(bundled.child.pid)
+  await stop(bundled.child)
+
+  print()
+  print('## Scaling (service against itself, alternated)')
+  print()
+  print('Both member pages hold 100 members, so only the size of the organization differs: the small')
+  print('organization is read from its start, the large one at its far end.')
+  print()
+  print('| Operation | Small req/s | Large req/s | Ratio large/small | Small p99 | Large p99 | Errors |')
+  print('|---|---:|---:|---:|---:|---:|---:|')
+  const svcSmall = await startService('members-100', small, BENCH_KEY)
+  const svcLarge = await startService('members-1000000', large, BENCH_KEY)
+  const svcKeys = await startService('keys-100000', manyKeys, BENCH_KEY)
+  {
+    const [s, l] = alternate([
+      { url: `${svcSmall.url}/v1/organization/members?offset=0&limit=100`, headers: auth(svcSmall) },
+      { url: `${svcLarge.url}/v1/organization/members?offset=999900&limit=100`, headers: auth(svcLarge) }
+    ])
+    print(`| members page, 100 members → 1,000,000 members | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(l.rps / s.rps, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
+  }
+  {
+    const [s, l] = alternate([
+      { url: `${svcSmall.url}/v1/providers`, headers: auth(svcSmall) },
+      { url: `${svcKeys.url}/v1/providers`, headers: auth(svcKeys) }
+    ])
+    print(`| providers, 3 keys → 100,000 keys | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(l.rps / s.rps, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
+  }
+  const largeRssAfterLoad = rssMb(svcLarge.child.pid)
+
+  print()
+  print('## Resources')
+  print()
+  print('| Data | First 200 after start | RSS after start | RSS after load |')
+  print('|---|---:|---:|---:|')
+  print(`| bundled fixtures | ${fmt(bundled.firstAnswerMs)} ms | ${fmt(bundled.rssAfterStart, 1)} MB | ${fmt(bundledRssAfterLoad, 1)} MB |`)
+  print(`| organization of 1,000,000 members | ${fmt(svcLarge.firstAnswerMs)} ms | ${fmt(svcLarge.rssAfterStart, 1)} MB | ${fmt(largeRssAfterLoad, 1)} MB |`)
+  print(`| keys file of 100,000 keys | ${fmt(svcKeys.firstAnswerMs)} ms | ${fmt(svcKeys.rssAfterStart, 1)} MB | — |`)
+  await Promise.all([svcSmall, svcLarge, svcKeys].map((s) => stop(s.child)))
+
+  if (OUTPUT !== '-') {
+    writeFileSync(join(ROOT, OUTPUT), lines.join('\n') + '\n')
+    console.error(`\nwritten to ${OUTPUT}`)
+  }
+}
+
+await main()
