@@ -12,7 +12,9 @@ const endpointRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepositor
       summary: 'Preview the impact of ZDR on the available endpoints',
       response: { 200: EndpointListSchema, 401: ErrorSchema, 500: ErrorSchema }
     }
-  }, async (request, reply) => sendList(request, reply, repository.zdrEndpoints()))
+  }, (request, reply) => {
+    sendList(request, reply, repository.zdrEndpoints())
+  })
 }
 
 export default endpointRoutes

@@ -45,12 +45,12 @@ const organizationRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepos
     },
     onRequest: app.requireManagementKey,
     preValidation: rejectLooseIntegers
-  }, async (request, reply) => {
+  }, (request, reply) => {
     // requireManagementKey has run, so the key is set.
     const organizationId = request.apiKey!.organization_id
     const page = repository.memberPageJson(organizationId, request.query.offset, request.query.limit)
     if (page === undefined) throw new OrganizationNotFound(organizationId)
-    return sendSerialized(reply, page)
+    sendSerialized(reply, page)
   })
 }
 

@@ -12,7 +12,9 @@ const providerRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepositor
       summary: 'List all providers',
       response: { 200: ProviderListSchema, 401: ErrorSchema, 500: ErrorSchema }
     }
-  }, async (request, reply) => sendList(request, reply, repository.providers()))
+  }, (request, reply) => {
+    sendList(request, reply, repository.providers())
+  })
 }
 
 export default providerRoutes
