@@ -64,6 +64,7 @@ describe('refusing to start', () => {
   it.each([
     [{ PORT: 'abc' }, 'PORT'],
     [{ PORT: '70000' }, 'PORT'],
+    [{ PORT: '3.5' }, 'PORT'],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'],
     [{ SHUTDOWN_GRACE_MS: '-5' }, 'SHUTDOWN_GRACE_MS']
   ])('stops on a bad setting %o, naming it', async (env, name) => {
