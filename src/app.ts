@@ -3,7 +3,7 @@ import type { DestinationStream } from 'pino'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { AccessLogController } from './access-log.js'
 import type { DirectoryRepository } from './repositories/directory.js'
-import errors from './plugins/errors.js'
+import errors, { clientErrorHandler, frameworkErrors } from './plugins/errors.js'
 import auth from './plugins/auth.js'
 import providerRoutes from './routes/v1/providers.js'
 import endpointRoutes from './routes/v1/endpoints.js'
@@ -38,7 +38,12 @@ function loggerOptions (log: LogOptions | undefined): FastifyServerOptions['logg
 export function buildApp ({ repository, log }: AppOptions) {
   const app = Fastify({
     logger: loggerOptions(log),
-    logController: new AccessLogController()
+    logController: new AccessLogController(),
+    frameworkErrors,
+    clientErrorHandler,
+    // While draining, requests that still arrive on open connections are answered in full (with
+    // Connection: close) rather than with Fastify's own 503 body, which is not our error shape.
+    return503OnClosing: false
   }).withTypeProvider<TypeBoxTypeProvider>()
 
   app.register(errors)

@@ -1,5 +1,6 @@
 import { STATUS_CODES } from 'node:http'
 import fp from 'fastify-plugin'
+import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 
 /** The body every non-2xx answer carries; `code` always equals the HTTP status. */
@@ -19,6 +20,29 @@ function validationMessage (error: FastifyError): string {
     return `Invalid query parameter '${parameter}': ${issue.message ?? 'is invalid'}`
   }
   return error.message
+}
+
+/**
+ * Fastify answers a malformed URL before any route or error handler runs (option
+ * `frameworkErrors`); this gives that answer our shape too.
+ */
+export function frameworkErrors (error: FastifyError, _request: FastifyRequest, reply: FastifyReply) {
+  const status = statusOf(error)
+  return reply.code(status).send(errorBody(status, status >= 500 ? STATUS_CODES[status] ?? 'Internal Server Error' : error.message))
+}
+
+/**
+ * Node answers a request it cannot even parse (bad HTTP, headers too large, timeout) on the raw
+ * socket (option `clientErrorHandler`); same shape, written by hand because there is no reply.
+ */
+export function clientErrorHandler (error: Error & { code?: string }, socket: Socket) {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return
+  const status = error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : error.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400
+  const body = JSON.stringify(errorBody(status, STATUS_CODES[status] ?? 'Bad Request'))
+  if (socket.writable) {
+    socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${body}`)
+  }
+  socket.destroy(error)
 }
 
 async function errorsPlugin (app: FastifyInstance) {

@@ -1,3 +1,5 @@
+import { connect } from 'node:net'
+import { once } from 'node:events'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createDirectoryRepository } from '../../src/repositories/directory.js'
 import { KEYS, bearer, build, captureLogs, makeData } from '../helper.js'
@@ -72,5 +74,31 @@ describe('the error shape', () => {
     expect(access[0]!.reqId).toBeTruthy()
     expect(access[1]).toMatchObject({ url: '/v1/missing', statusCode: 404 })
     for (const line of access) expect(logs.lines.filter((other) => other.reqId === line.reqId)).toHaveLength(1)
+  })
+
+  it.each(['/v1/providers%', '/%E0%A4%A'])('answers a malformed URL %s with 400 and the error shape', async (url) => {
+    app = build()
+    const res = await app.inject({ url, headers: bearer(KEYS.alphaManagement) })
+    expect(res.statusCode).toBe(400)
+    expect(res.json()).toEqual({ error: { code: 400, message: `'${url}' is not a valid url component` } })
+  })
+
+  // Requests Node cannot parse never reach Fastify's router: only a real socket shows the answer.
+  it.each([
+    ['garbage instead of HTTP', 'NOT HTTP AT ALL\r\n\r\n', 400],
+    ['headers larger than Node accepts', `GET /v1/providers HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20000)}\r\n\r\n`, 431]
+  ])('answers %s with the error shape', async (_case, raw, status) => {
+    app = build()
+    const address = await app.listen({ host: '127.0.0.1', port: 0 })
+    const socket = connect(Number(new URL(address).port), '127.0.0.1')
+    let answer = ''
+    socket.on('data', (chunk) => { answer += chunk })
+    socket.on('error', () => {})
+    socket.write(raw)
+    await once(socket, 'close')
+    const [head, body] = answer.split('\r\n\r\n')
+    expect(head).toMatch(new RegExp(`^HTTP/1.1 ${status} `))
+    expect(head).toContain('Content-Type: application/json')
+    expect(JSON.parse(body!)).toEqual({ error: { code: status, message: expect.any(String) } })
   })
 })
