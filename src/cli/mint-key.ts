@@ -1,6 +1,6 @@
 // Mints an API key: prints it once and records only its SHA-256 in keys.json.
 // Usage: npm run key -- --kind management --org org_x --name ci [--fixtures-dir DIR]
-import { createHash, randomBytes } from 'node:crypto'
+import { hash, randomBytes } from 'node:crypto'
 import { rename, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
@@ -31,7 +31,7 @@ async function main () {
 
   // 32 random bytes: 256 bits, far beyond guessing; the prefix tells people what the string is.
   const key = `sk-or-v1-${randomBytes(32).toString('hex')}`
-  const record: ApiKey = { name: values.name, sha256: createHash('sha256').update(key).digest('hex'), kind, organization_id: values.org }
+  const record: ApiKey = { name: values.name, sha256: hash('sha256', key), kind, organization_id: values.org }
   const file = join(dir, FIXTURE_FILES.keys)
   // Write then rename, so a server starting at the same moment never reads half a file.
   await writeFile(`${file}.tmp`, JSON.stringify([...data.keys, record], null, 2) + '\n')

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import { hash } from 'node:crypto'
 import fp from 'fastify-plugin'
 import bearerAuth from '@fastify/bearer-auth'
 import createError from '@fastify/error'
@@ -45,7 +45,8 @@ async function authPlugin (app: FastifyInstance, { findKey }: AuthOptions) {
     // Only a hash is stored, so a key is resolved by hashing what was presented: one Map lookup,
     // however many keys exist, and nothing to compare in variable time against a stored secret.
     auth (key: string, request: FastifyRequest) {
-      const apiKey = findKey(createHash('sha256').update(key).digest('hex'))
+      // One-shot hash(): less than half the cost of createHash() for a string this short.
+      const apiKey = findKey(hash('sha256', key))
       if (apiKey === undefined) return false
       request.apiKey = apiKey
       return true
