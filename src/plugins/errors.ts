@@ -1,6 +1,7 @@
 import { STATUS_CODES } from 'node:http'
 import fp from 'fastify-plugin'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { ErrorSchema } from '../schemas/common.js'
 
 /** The body every non-2xx answer carries; `code` always equals the HTTP status. */
 export function errorBody (code: number, message: string) {
@@ -22,6 +23,9 @@ function validationMessage (error: FastifyError): string {
 }
 
 async function errorsPlugin (app: FastifyInstance) {
+  // Shared, so that every route refers to one Error schema (and the OpenAPI document has one component).
+  app.addSchema(ErrorSchema)
+
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const status = statusOf(error)
     if (status >= 500) {
