@@ -1,4 +1,7 @@
-import { readFile } from 'node:fs/promises'
+import { spawnSync } from 'node:child_process'
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { parse as parseYaml } from 'yaml'
 import { createDirectoryRepository, type DirectoryRepository } from '../src/repositories/directory.js'
@@ -40,6 +43,25 @@ describe('the OpenAPI document', () => {
   it('is the committed docs/openapi.json, byte for byte (run `npm run openapi` after changing a schema)', async () => {
     const committed = await readFile('docs/openapi.json', 'utf8')
     expect(committed, 'docs/openapi.json differs from the served document: run `npm run openapi` and commit the result').toBe(servedText)
+  })
+
+  it('lints clean with Redocly CLI (recommended rules, warnings counted as errors), offline', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'openapi-lint-'))
+    try {
+      const file = join(dir, 'openapi.json')
+      await writeFile(file, servedText)
+      const run = spawnSync(process.execPath, ['node_modules/@redocly/cli/bin/cli.js', 'lint', '--config', 'redocly.yaml', '--format', 'json', file], {
+        encoding: 'utf8',
+        // No usage data, no update check: the lint must not reach the internet (redocly.yaml says so too).
+        env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true' }
+      })
+      const report = JSON.parse(run.stdout) as { totals: { errors: number, warnings: number }, problems: Array<{ ruleId: string, message: string }> }
+      expect(report.problems.map((problem) => `${problem.ruleId}: ${problem.message}`)).toEqual([])
+      expect(report.totals).toMatchObject({ errors: 0, warnings: 0 })
+      expect(run.status).toBe(0)
+    } finally {
+      await rm(dir, { recursive: true, force: true })
+    }
   })
 
   it('lists the three operations with their ids, tagged with the groups of the spec', () => {
