@@ -9,6 +9,7 @@ import providerRoutes from './routes/v1/providers.js'
 import endpointRoutes from './routes/v1/endpoints.js'
 import organizationRoutes from './routes/v1/organization.js'
 import openapiDocumentRoutes from './routes/v1/openapi.js'
+import docsPage from './routes/docs.js'
 
 export interface LogOptions {
   level: string
@@ -56,6 +57,7 @@ export function buildApp ({ repository, log }: AppOptions) {
   // their own beside the authenticated one (same /v1 prefix, no auth hook) rather than a list of
   // URLs for the auth hook to skip, so adding an operation can never make it public by accident.
   app.register(openapiDocumentRoutes, { prefix: '/v1' })
+  app.register(docsPage)
 
   return app
 }
