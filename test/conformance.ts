@@ -5,8 +5,8 @@ import { createDirectoryRepository } from '../src/repositories/directory.js'
 import { ajvFormats } from '../src/schemas/formats.js'
 
 interface MediaType { schema: unknown, example?: unknown }
-export interface OpenApiResponse { description: string, content?: Record<string, MediaType> }
-export interface OpenApiOperation {
+interface OpenApiResponse { description: string, content?: Record<string, MediaType> }
+interface OpenApiOperation {
   operationId: string
   tags?: string[]
   security?: unknown[]
@@ -23,7 +23,7 @@ export interface OpenApiDocument {
 }
 
 /** What the server sent, as far as the contract is concerned. */
-export interface SentResponse {
+interface SentResponse {
   method: string
   /** The route that answered (`/v1/providers`); undefined for an unknown path or a wrong method. */
   route: string | undefined

@@ -22,7 +22,7 @@ export const ErrorSchema = Type.Object({
   examples: [{ error: { code: 500, message: 'Internal Server Error' } }]
 })
 
-export type ErrorBody = Static<typeof ErrorSchema>
+type ErrorBody = Static<typeof ErrorSchema>
 
 /**
  * A documented error status of an operation: the shared Error schema by reference (one component
