@@ -5,9 +5,12 @@ import { AccessLogController } from './access-log.js'
 import type { DirectoryRepository } from './repositories/directory.js'
 import errors, { clientErrorHandler, frameworkErrors } from './plugins/errors.js'
 import auth from './plugins/auth.js'
+import openapi from './plugins/openapi.js'
 import providerRoutes from './routes/v1/providers.js'
 import endpointRoutes from './routes/v1/endpoints.js'
 import organizationRoutes from './routes/v1/organization.js'
+import openapiDocumentRoutes from './routes/v1/openapi.js'
+import docsPage from './routes/docs.js'
 
 export interface LogOptions {
   level: string
@@ -47,6 +50,7 @@ export function buildApp ({ repository, log }: AppOptions) {
   }).withTypeProvider<TypeBoxTypeProvider>()
 
   app.register(errors)
+  app.register(openapi)
 
   app.register(async (v1) => {
     await v1.register(auth, { findKey: repository.findKey })
@@ -54,6 +58,12 @@ export function buildApp ({ repository, log }: AppOptions) {
     await v1.register(endpointRoutes, { repository })
     await v1.register(organizationRoutes, { repository })
   }, { prefix: '/v1' })
+
+  // The contract is public: a reader needs no key to learn how to call us. Its routes get a scope of
+  // their own beside the authenticated one (same /v1 prefix, no auth hook) rather than a list of
+  // URLs for the auth hook to skip, so adding an operation can never make it public by accident.
+  app.register(openapiDocumentRoutes, { prefix: '/v1' })
+  app.register(docsPage)
 
   return app
 }

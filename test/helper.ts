@@ -7,6 +7,7 @@ import type { Provider } from '../src/schemas/provider.js'
 import type { Endpoint } from '../src/schemas/endpoint.js'
 import type { Member } from '../src/schemas/member.js'
 import type { ApiKey } from '../src/schemas/fixtures.js'
+import { checkResponsesAgainstDocument } from './conformance.js'
 
 export const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 
@@ -109,7 +110,12 @@ export interface BuildOptions {
   log?: LogOptions
 }
 
-/** The app over test data; close it in afterEach/afterAll. */
+/**
+ * The app over test data; close it in afterEach/afterAll. Every response it sends is checked
+ * against the served OpenAPI document (test/conformance.ts), whatever the test looks at.
+ */
 export function build ({ data = makeData(), repository = createDirectoryRepository(data), log }: BuildOptions = {}) {
-  return buildApp({ repository, log })
+  const app = buildApp({ repository, log })
+  checkResponsesAgainstDocument(app)
+  return app
 }

@@ -2,6 +2,7 @@ import { STATUS_CODES } from 'node:http'
 import fp from 'fastify-plugin'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { ErrorSchema } from '../schemas/common.js'
 
 /** The body every non-2xx answer carries; `code` always equals the HTTP status. */
 export function errorBody (code: number, message: string) {
@@ -46,6 +47,9 @@ export function clientErrorHandler (error: Error & { code?: string }, socket: So
 }
 
 async function errorsPlugin (app: FastifyInstance) {
+  // Shared, so that every route refers to one Error schema (and the OpenAPI document has one component).
+  app.addSchema(ErrorSchema)
+
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const status = statusOf(error)
     if (status >= 500) {

@@ -1,14 +1,44 @@
-import { Type, type TSchema } from '@sinclair/typebox'
+import { Type, type SchemaOptions, type Static, type TSchema } from '@sinclair/typebox'
 import './formats.js'
 
-export function Nullable<T extends TSchema> (schema: T) {
-  return Type.Union([schema, Type.Null()])
+/** `schema` or null; the options (a description) go on the whole, where a reader of the field looks. */
+export function Nullable<T extends TSchema> (schema: T, options: SchemaOptions = {}) {
+  return Type.Union([schema, Type.Null()], options)
 }
+
+/** Routes refer to the error body by this id; the errors plugin registers the schema under it. */
+const ERROR_SCHEMA_ID = 'Error'
 
 export const ErrorSchema = Type.Object({
   error: Type.Object({
     code: Type.Integer({ description: 'Numeric error code, equal to the HTTP status' }),
     message: Type.String({ description: 'Human-readable message' }),
-    metadata: Type.Optional(Nullable(Type.Record(Type.String(), Type.Unknown())))
-  }, { additionalProperties: false })
-}, { $id: 'Error', additionalProperties: false, description: 'The error body shared by every failure' })
+    metadata: Type.Optional(Nullable(Type.Record(Type.String(), Type.Unknown()), { description: 'Free-form additional data' }))
+  }, { additionalProperties: false, description: 'Error data' })
+}, {
+  $id: ERROR_SCHEMA_ID,
+  additionalProperties: false,
+  description: 'The error body shared by every failure',
+  examples: [{ error: { code: 500, message: 'Internal Server Error' } }]
+})
+
+type ErrorBody = Static<typeof ErrorSchema>
+
+/**
+ * A documented error status of an operation: the shared Error schema by reference (one component
+ * in the OpenAPI document, not a copy per status), with what the status means there and an
+ * example of the message the server sends. The reference sits in an allOf because @fastify/swagger
+ * drops the keywords written next to a bare $ref, the example among them.
+ */
+export function ErrorResponse (status: number, description: string, exampleMessage: string) {
+  return Type.Unsafe<ErrorBody>({
+    allOf: [Type.Ref(ERROR_SCHEMA_ID)],
+    description,
+    examples: [{ error: { code: status, message: exampleMessage } }]
+  })
+}
+
+/** A conditional GET whose If-None-Match holds the current ETag: no body (the schema type null means none). */
+export const NotModifiedResponse = Type.Null({
+  description: 'Not Modified: the list is unchanged since the ETag given in If-None-Match; no body'
+})

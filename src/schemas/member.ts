@@ -1,25 +1,43 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { Nullable } from './common.js'
 
+const memberExamples = [
+  { id: 'user_acme0001', email: 'ada.hamilton.1@acme.example', first_name: 'Ada', last_name: 'Hamilton', role: 'org:admin' },
+  { id: 'user_acme0002', email: 'grace.okafor.2@acme.example', first_name: 'Grace', last_name: null, role: 'org:member' }
+]
+
 export const MemberSchema = Type.Object({
-  id: Type.String({ minLength: 1 }),
-  email: Type.String({ format: 'email' }),
-  first_name: Nullable(Type.String()),
-  last_name: Nullable(Type.String()),
-  role: Type.Union([Type.Literal('org:admin'), Type.Literal('org:member')])
-}, { $id: 'Member', additionalProperties: false })
+  id: Type.String({ minLength: 1, description: 'Member identifier' }),
+  email: Type.String({ format: 'email', description: 'Member e-mail address' }),
+  first_name: Nullable(Type.String(), { description: 'Member first name, or null when unknown' }),
+  last_name: Nullable(Type.String(), { description: 'Member last name, or null when unknown' }),
+  role: Type.Union([Type.Literal('org:admin'), Type.Literal('org:member')], { description: 'Role of the member in the organization' })
+}, {
+  $id: 'Member',
+  additionalProperties: false,
+  description: 'A member of an organization; all five keys are always present',
+  examples: [memberExamples[0]]
+})
 
 export type Member = Static<typeof MemberSchema>
 
 export const MemberPageSchema = Type.Object({
-  data: Type.Array(MemberSchema),
-  total_count: Type.Integer({ minimum: 0, description: 'Number of members of the organization, whatever the page' })
-}, { additionalProperties: false })
+  data: Type.Array(MemberSchema, { description: 'The members of the page, in the order of the data file' }),
+  total_count: Type.Integer({ minimum: 0, description: 'The total number of members, independent of the page returned' })
+}, {
+  additionalProperties: false,
+  description: 'One page of the members of the organization tied to the key',
+  examples: [{ data: memberExamples, total_count: 130 }]
+})
+
+// Both parameters are optional on the wire, which is what the document must say; once the
+// schema has filled in the defaults, a handler always finds both, which is what its type says.
+const MemberPageQueryWireSchema = Type.Object({
+  offset: Type.Optional(Type.Integer({ minimum: 0, default: 0, description: 'Number of records to skip' })),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 50, description: 'Maximum number of records to return (page size)' }))
+})
 
 // Defaults and bounds live here, not in the handler; the SDK sends these names.
-export const MemberPageQuerySchema = Type.Object({
-  offset: Type.Integer({ minimum: 0, default: 0, description: 'Number of records to skip' }),
-  limit: Type.Integer({ minimum: 1, maximum: 100, default: 50, description: 'Maximum number of records to return' })
-})
+export const MemberPageQuerySchema = Type.Unsafe<Required<Static<typeof MemberPageQueryWireSchema>>>(MemberPageQueryWireSchema)
 
 export type MemberPageQuery = Static<typeof MemberPageQuerySchema>

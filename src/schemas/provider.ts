@@ -9,18 +9,39 @@ const CountryCodeSchema = Type.String({
 
 const UrlSchema = Type.String({ format: 'uri' })
 
+const providerExample = {
+  name: 'OpenAI',
+  slug: 'openai',
+  privacy_policy_url: 'https://openai.com/privacy',
+  terms_of_service_url: 'https://openai.com/terms',
+  status_page_url: 'https://status.openai.com',
+  headquarters: 'US',
+  datacenters: ['US']
+}
+
 export const ProviderSchema = Type.Object({
   name: Type.String({ minLength: 1, description: 'Display name of the provider' }),
   slug: Type.String({ pattern: '^[a-z0-9][a-z0-9._-]*$', description: 'URL-friendly identifier of the provider' }),
-  privacy_policy_url: Nullable(UrlSchema),
-  status_page_url: Type.Optional(Nullable(UrlSchema)),
-  terms_of_service_url: Type.Optional(Nullable(UrlSchema)),
-  headquarters: Type.Optional(Nullable(CountryCodeSchema)),
-  datacenters: Type.Optional(Nullable(Type.Array(CountryCodeSchema)))
-}, { $id: 'Provider', additionalProperties: false })
+  privacy_policy_url: Nullable(UrlSchema, { description: "URL of the provider's privacy policy; the key is always present, the value may be null" }),
+  status_page_url: Type.Optional(Nullable(UrlSchema, { description: "URL of the provider's status page" })),
+  terms_of_service_url: Type.Optional(Nullable(UrlSchema, { description: "URL of the provider's terms of service" })),
+  headquarters: Type.Optional(Nullable(CountryCodeSchema, { description: "ISO 3166-1 alpha-2 country code of the provider's headquarters" })),
+  datacenters: Type.Optional(Nullable(Type.Array(CountryCodeSchema), { description: "ISO 3166-1 alpha-2 country codes of the provider's datacenter locations" }))
+}, {
+  $id: 'Provider',
+  additionalProperties: false,
+  description: 'An upstream provider, with its public contact and policy links and its country codes',
+  examples: [providerExample]
+})
 
 export type Provider = Static<typeof ProviderSchema>
 
 export const ProviderListSchema = Type.Object({
   data: Type.Array(ProviderSchema)
-}, { additionalProperties: false })
+}, {
+  additionalProperties: false,
+  description: 'The providers known to the service, in the order of the data file',
+  examples: [{
+    data: [providerExample, { name: 'Sparse Labs', slug: 'sparse-labs', privacy_policy_url: null, headquarters: null, datacenters: null }]
+  }]
+})

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { DirectoryRepository } from '../../repositories/directory.js'
 import { EndpointListSchema } from '../../schemas/endpoint.js'
-import { ErrorSchema } from '../../schemas/common.js'
+import { ErrorResponse, NotModifiedResponse } from '../../schemas/common.js'
 import { sendList } from './json.js'
 
 const endpointRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepository }> = async (app, { repository }) => {
@@ -10,7 +10,13 @@ const endpointRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepositor
       operationId: 'listEndpointsZdr',
       tags: ['Endpoints'],
       summary: 'Preview the impact of ZDR on the available endpoints',
-      response: { 200: EndpointListSchema, 401: ErrorSchema, 500: ErrorSchema }
+      description: 'Returns the model endpoints that are available under zero data retention (ZDR), with limits, pricing, latency, throughput and uptime figures.',
+      response: {
+        200: EndpointListSchema,
+        304: NotModifiedResponse,
+        401: ErrorResponse(401, 'The Authorization header is missing, malformed, or carries an unknown key', 'Invalid API key'),
+        500: ErrorResponse(500, 'Unexpected server error', 'Internal Server Error')
+      }
     }
   }, (request, reply) => {
     sendList(request, reply, repository.zdrEndpoints())

@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import createError from '@fastify/error'
 import type { DirectoryRepository } from '../../repositories/directory.js'
 import { MemberPageQuerySchema, MemberPageSchema } from '../../schemas/member.js'
-import { ErrorSchema } from '../../schemas/common.js'
+import { ErrorResponse } from '../../schemas/common.js'
 import { sendSerialized } from './json.js'
 
 const OrganizationNotFound = createError('ORGANIZATION_NOT_FOUND', 'Organization %s not found', 404)
@@ -33,14 +33,17 @@ const organizationRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepos
       operationId: 'listOrganizationMembers',
       tags: ['Organization'],
       summary: 'List organization members',
+      description: 'Lists all members of the organization associated with the authenticated management key, one page at a time, ' +
+        'in a stable order: pages concatenate to the whole list. A management key is required. ' +
+        'An offset past the end answers an empty page with the true total_count.',
       querystring: MemberPageQuerySchema,
       response: {
         200: MemberPageSchema,
-        400: ErrorSchema,
-        401: ErrorSchema,
-        403: ErrorSchema,
-        404: ErrorSchema,
-        500: ErrorSchema
+        400: ErrorResponse(400, 'A query parameter is out of bounds, repeated, or not a plain decimal integer', "Invalid query parameter 'limit': must be <= 100"),
+        401: ErrorResponse(401, 'The Authorization header is missing, malformed, or carries an unknown key', 'Missing Authentication header: send Authorization: Bearer <key>'),
+        403: ErrorResponse(403, 'The key is not a management key', 'Only management keys can perform this operation'),
+        404: ErrorResponse(404, 'The organization of the management key does not exist', 'Organization org_2vQmDeleted03 not found'),
+        500: ErrorResponse(500, 'Unexpected server error', 'Internal Server Error')
       }
     },
     onRequest: app.requireManagementKey,

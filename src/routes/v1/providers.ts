@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { DirectoryRepository } from '../../repositories/directory.js'
 import { ProviderListSchema } from '../../schemas/provider.js'
-import { ErrorSchema } from '../../schemas/common.js'
+import { ErrorResponse, NotModifiedResponse } from '../../schemas/common.js'
 import { sendList } from './json.js'
 
 const providerRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepository }> = async (app, { repository }) => {
@@ -10,7 +10,13 @@ const providerRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepositor
       operationId: 'listProviders',
       tags: ['Providers'],
       summary: 'List all providers',
-      response: { 200: ProviderListSchema, 401: ErrorSchema, 500: ErrorSchema }
+      description: 'Lists the upstream providers known to the service with their public contact and policy links and their country codes.',
+      response: {
+        200: ProviderListSchema,
+        304: NotModifiedResponse,
+        401: ErrorResponse(401, 'The Authorization header is missing, malformed, or carries an unknown key', 'Missing Authentication header: send Authorization: Bearer <key>'),
+        500: ErrorResponse(500, 'Unexpected server error', 'Internal Server Error')
+      }
     }
   }, (request, reply) => {
     sendList(request, reply, repository.providers())

@@ -1,0 +1,25 @@
+// Writes docs/openapi.json: the document the server serves at /v1/openapi.json, byte for byte,
+// committed so that a change of the contract shows in review. Usage: npm run openapi
+import { mkdir, writeFile } from 'node:fs/promises'
+import { dirname } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { buildApp } from '../app.js'
+import { createDirectoryRepository } from '../repositories/directory.js'
+
+const OPENAPI_FILE = fileURLToPath(new URL('../../docs/openapi.json', import.meta.url))
+
+async function main () {
+  // The document depends on the routes, not on the data: an empty directory will do.
+  const app = buildApp({ repository: createDirectoryRepository({ providers: [], endpoints: [], organizations: [], keys: [] }) })
+  const res = await app.inject({ url: '/v1/openapi.json' })
+  await app.close()
+  if (res.statusCode !== 200) throw new Error(`GET /v1/openapi.json answered ${res.statusCode}: ${res.body}`)
+  await mkdir(dirname(OPENAPI_FILE), { recursive: true })
+  await writeFile(OPENAPI_FILE, res.body)
+  process.stderr.write(`wrote ${OPENAPI_FILE}\n`)
+}
+
+main().catch((error: Error) => {
+  process.stderr.write(`${error.message}\n`)
+  process.exit(1)
+})

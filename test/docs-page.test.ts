@@ -1,0 +1,80 @@
+import { existsSync } from 'node:fs'
+import { mkdir } from 'node:fs/promises'
+import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import { chromium, type Browser } from 'playwright-core'
+import { build } from './helper.js'
+
+describe('the reference page at /docs', () => {
+  let app: ReturnType<typeof build>
+  afterEach(() => app.close())
+
+  it('is served without a key, with its assets from this server', async () => {
+    app = build()
+    const page = await app.inject({ url: '/docs' })
+    expect(page.statusCode).toBe(200)
+    expect(page.headers['content-type']).toBe('text/html; charset=utf-8')
+    const assets = [...page.body.matchAll(/(?:src|href)="([^"]+)"/g)].map((match) => match[1]!)
+    expect(assets.length).toBeGreaterThan(3)
+    for (const asset of assets) {
+      expect(asset).toMatch(/^\/docs\/static\//)
+      expect((await app.inject({ url: asset })).statusCode, asset).toBe(200)
+    }
+    expect((await app.inject({ url: '/docs/json' })).json()).toEqual((await app.inject({ url: '/v1/openapi.json' })).json())
+  })
+})
+
+// Debian's Chromium, never a downloaded browser; .ci/run installs it when it is missing.
+const CHROMIUM = '/usr/bin/chromium'
+// No sandbox (containers, root), no GPU, and none of the background traffic a fresh profile starts.
+const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run']
+
+describe('the reference page at /docs, in a real browser', () => {
+  const app = build()
+  let browser: Browser | undefined
+  afterAll(async () => {
+    await browser?.close()
+    await app.close()
+  })
+
+  it('lists the three operations, fetches nothing from outside this server, and leaves a screenshot in reports/', async () => {
+    // Fails (and counts as failed) rather than skips: a page nobody has seen render is not tested.
+    if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: install it with \`apt-get update && apt-get install -y chromium\``)
+    const origin = await app.listen({ host: '127.0.0.1', port: 0 })
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS })
+    const context = await browser.newContext({ viewport: { width: 1280, height: 1000 } })
+    // Every request of the page passes here: anything not for this server is recorded, then refused.
+    const outside: string[] = []
+    await context.route('**/*', (route) => {
+      const url = route.request().url()
+      if (url.startsWith(`${origin}/`)) return route.continue()
+      outside.push(url)
+      return route.abort()
+    })
+    const page = await context.newPage()
+    const pageErrors: string[] = []
+    page.on('pageerror', (error) => pageErrors.push(error.message))
+
+    await page.goto(`${origin}/docs`)
+    const operations = page.locator('.opblock')
+    await operations.nth(2).waitFor()
+    expect(await operations.count()).toBe(3)
+    expect(await page.locator('.opblock-summary-path').allTextContents()).toEqual(['/providers', '/endpoints/zdr', '/organization/members'])
+    expect(await page.locator('.opblock-summary-operation-id').allTextContents()).toEqual(['listProviders', 'listEndpointsZdr', 'listOrganizationMembers'])
+    expect(await page.locator('.opblock-tag').allTextContents()).toEqual([
+      expect.stringContaining('Providers'), expect.stringContaining('Endpoints'), expect.stringContaining('Organization')
+    ])
+
+    // Opened, the member listing shows its parameters and every documented status.
+    await operations.nth(2).locator('.opblock-summary').click()
+    const members = page.locator('#operations-Organization-listOrganizationMembers')
+    await members.locator('.parameters').waitFor()
+    expect(await members.locator('.parameter__name').allTextContents()).toEqual(['offset', 'limit'])
+    expect(await members.locator('.responses-table tbody .response-col_status').allTextContents()).toEqual(['200', '400', '401', '403', '404', '500'])
+
+    await mkdir('reports', { recursive: true })
+    await page.screenshot({ path: 'reports/docs.png', fullPage: true })
+    await context.close()
+    expect(outside).toEqual([])
+    expect(pageErrors).toEqual([])
+  })
+})
