@@ -4,6 +4,7 @@ import { AccessLogController } from './access-log.js'
 import type { DirectoryRepository } from './repositories/directory.js'
 import errors from './plugins/errors.js'
 import auth from './plugins/auth.js'
+import requestId, { requestIdOf } from './plugins/request-id.js'
 import providerRoutes from './routes/v1/providers.js'
 import endpointRoutes from './routes/v1/endpoints.js'
 import organizationRoutes from './routes/v1/organization.js'
@@ -37,10 +38,12 @@ function loggerOptions (log: LogOptions | undefined): FastifyServerOptions['logg
 export function buildApp ({ repository, log }: AppOptions) {
   const app = Fastify({
     logger: loggerOptions(log),
-    logController: new AccessLogController()
+    logController: new AccessLogController(),
+    genReqId: requestIdOf
   }).withTypeProvider<TypeBoxTypeProvider>()
 
   app.register(errors)
+  app.register(requestId)
 
   app.register(async (v1) => {
     await v1.register(auth, { findKey: repository.findKey })
