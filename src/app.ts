@@ -5,6 +5,8 @@ import type { DirectoryRepository } from './repositories/directory.js'
 import errors from './plugins/errors.js'
 import auth from './plugins/auth.js'
 import requestId, { requestIdOf } from './plugins/request-id.js'
+import shutdown from './plugins/shutdown.js'
+import healthRoutes from './routes/health.js'
 import providerRoutes from './routes/v1/providers.js'
 import endpointRoutes from './routes/v1/endpoints.js'
 import organizationRoutes from './routes/v1/organization.js'
@@ -39,11 +41,18 @@ export function buildApp ({ repository, log }: AppOptions) {
   const app = Fastify({
     logger: loggerOptions(log),
     logController: new AccessLogController(),
-    genReqId: requestIdOf
+    genReqId: requestIdOf,
+    // While closing, Fastify would answer requests on open connections with a 503 of its own shape;
+    // they are served as usual instead (with `Connection: close`), and /ready tells the balancer.
+    return503OnClosing: false
   }).withTypeProvider<TypeBoxTypeProvider>()
 
   app.register(errors)
   app.register(requestId)
+  app.register(shutdown)
+
+  // Outside /v1, so outside its authentication.
+  app.register(healthRoutes)
 
   app.register(async (v1) => {
     await v1.register(auth, { findKey: repository.findKey })

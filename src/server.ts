@@ -22,7 +22,10 @@ async function main () {
     log: { level: config.LOG_LEVEL, pretty: process.stdout.isTTY }
   })
 
-  closeWithGrace({ delay: config.SHUTDOWN_GRACE_MS }, async ({ signal, err }) => {
+  // close() stops accepting connections and waits for the requests in flight: then exit 0. Past the
+  // grace period close-with-grace exits 1, since requests were cut; its message goes through our
+  // logger so that it is a JSON line like every other.
+  closeWithGrace({ delay: config.SHUTDOWN_GRACE_MS, logger: app.log }, async ({ signal, err }) => {
     if (err) app.log.error({ err }, 'shutting down after an error')
     else app.log.info({ signal }, 'shutting down')
     await app.close()

@@ -14,7 +14,8 @@ describe('the request id', () => {
     ['an unknown key', '/v1/providers', bearer('nope'), 401],
     ['a standard key on members', '/v1/organization/members', bearer(KEYS.alphaStandard), 403],
     ['a bad query', '/v1/organization/members?limit=0', bearer(KEYS.alphaManagement), 400],
-    ['an unknown path', '/v1/nothing', {}, 404]
+    ['an unknown path', '/v1/nothing', {}, 404],
+    ['a probe', '/health', {}, 200]
   ])('is on the answer to %s (%s)', async (_name, url, headers, status) => {
     app = build()
     const res = await app.inject({ url, headers })
@@ -36,7 +37,7 @@ describe('the request id', () => {
   it('is new for every request', async () => {
     app = build()
     const ids = new Set<unknown>()
-    for (let i = 0; i < 20; i++) ids.add((await app.inject({ url: '/v1/providers' })).headers['x-request-id'])
+    for (let i = 0; i < 20; i++) ids.add((await app.inject({ url: '/health' })).headers['x-request-id'])
     expect(ids.size).toBe(20)
   })
 
