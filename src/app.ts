@@ -6,6 +6,9 @@ import type { DirectoryRepository } from './repositories/directory.js'
 import errors, { clientErrorHandler, frameworkErrors } from './plugins/errors.js'
 import auth from './plugins/auth.js'
 import openapi from './plugins/openapi.js'
+import requestId, { requestIdOf } from './plugins/request-id.js'
+import shutdown from './plugins/shutdown.js'
+import healthRoutes from './routes/health.js'
 import providerRoutes from './routes/v1/providers.js'
 import endpointRoutes from './routes/v1/endpoints.js'
 import organizationRoutes from './routes/v1/organization.js'
@@ -44,13 +47,19 @@ export function buildApp ({ repository, log }: AppOptions) {
     logController: new AccessLogController(),
     frameworkErrors,
     clientErrorHandler,
-    // While draining, requests that still arrive on open connections are answered in full (with
-    // Connection: close) rather than with Fastify's own 503 body, which is not our error shape.
+    genReqId: requestIdOf,
+    // While closing, Fastify would answer requests on open connections with a 503 of its own shape;
+    // they are served as usual instead (with `Connection: close`), and /ready tells the balancer.
     return503OnClosing: false
   }).withTypeProvider<TypeBoxTypeProvider>()
 
   app.register(errors)
   app.register(openapi)
+  app.register(requestId)
+  app.register(shutdown)
+
+  // Outside /v1, so outside its authentication.
+  app.register(healthRoutes)
 
   app.register(async (v1) => {
     await v1.register(auth, { findKey: repository.findKey })

@@ -17,17 +17,17 @@ async function main () {
     process.exit(1)
   }
 
+  // JSON lines for log collectors; readable lines only when a person watches a terminal.
+  const destination = process.stdout.isTTY ? undefined : bufferedStdout()
   const app = buildApp({
     repository: createDirectoryRepository(data),
-    // JSON lines for log collectors; readable lines only when a person watches a terminal.
-    // Lines are gathered into 4 KiB writes (and flushed at least every second, and on exit):
-    // one write(2) per request line costs more than the request itself.
-    log: process.stdout.isTTY
-      ? { level: config.LOG_LEVEL, pretty: true }
-      : { level: config.LOG_LEVEL, stream: pino.destination({ dest: 1, sync: true, minLength: 4096, periodicFlush: 1000 }) }
+    log: destination ? { level: config.LOG_LEVEL, stream: destination } : { level: config.LOG_LEVEL, pretty: true }
   })
 
-  closeWithGrace({ delay: config.SHUTDOWN_GRACE_MS }, async ({ signal, err }) => {
+  // close() stops accepting connections and waits for the requests in flight: then exit 0. Past the
+  // grace period close-with-grace exits 1, since requests were cut; its message goes through our
+  // logger so that it is a JSON line like every other.
+  closeWithGrace({ delay: config.SHUTDOWN_GRACE_MS, logger: app.log }, async ({ signal, err }) => {
     if (err) app.log.error({ err }, 'shutting down after an error')
     else app.log.info({ signal }, 'shutting down')
     await app.close()
@@ -35,6 +35,19 @@ async function main () {
 
   await app.listen({ host: config.HOST, port: config.PORT })
   app.log.info({ providers: data.providers.length, endpoints: data.endpoints.length, organizations: data.organizations.length, keys: data.keys.length, fixtures: config.FIXTURES_DIR }, 'directory loaded')
+  // The start-up lines are worth seeing at once, not up to a second later.
+  destination?.flushSync()
+}
+
+/**
+ * stdout with the lines gathered into 4 KiB writes: one write(2) per access line costs more than
+ * the request itself. Flushed at least every second, and on exit however the process ends
+ * (close-with-grace exits on its own when the grace period runs out).
+ */
+function bufferedStdout () {
+  const destination = pino.destination({ dest: 1, sync: true, minLength: 4096, periodicFlush: 1000 })
+  process.on('exit', () => destination.flushSync())
+  return destination
 }
 
 await main()

@@ -20,7 +20,11 @@ export function startServer (env: Record<string, string> = {}): Promise<RunningS
   child.stderr.on('data', (chunk) => { output += chunk })
   const exited = once(child, 'exit').then(([code, signal]) => (code ?? signal) as number | string)
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start:\n${output}`)), 15000)
+    const timer = setTimeout(() => {
+      // A server that never said it listens must not outlive the test run.
+      child.kill('SIGKILL')
+      reject(new Error(`server did not start:\n${output}`))
+    }, 15000)
     const onData = () => {
       const match = /Server listening at (http:\/\/[^"\s]+)/.exec(output)
       if (match) {

@@ -1,0 +1,27 @@
+# Build stage: every dependency, to compile the TypeScript sources to dist/.
+FROM node:24-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+# The cache mount keeps npm's download cache out of the layers and warm across builds.
+RUN --mount=type=cache,target=/root/.npm npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+RUN npm run build
+
+# Runtime stage: production dependencies, the compiled code and the bundled fixtures, nothing else.
+# test/container.test.ts rebuilds this stage from these lines without Docker and runs it.
+FROM node:24-slim
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN --mount=type=cache,target=/root/.npm npm ci --omit=dev --no-audit --no-fund
+COPY --from=build /app/dist ./dist
+COPY fixtures ./fixtures
+# Files stay owned by root: the node user can read them, not change them.
+USER node
+ENV HOST=0.0.0.0 PORT=3000
+EXPOSE 3000
+# Slim images have no curl; the check is a script of ours run by node, reading HOST and PORT.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 CMD ["node", "dist/cli/healthcheck.js"]
+# node itself, not npm: SIGTERM goes straight to the server, which handles it (as PID 1 it gets no
+# default signal handling from the kernel, and it starts no child process to reap).
+CMD ["node", "dist/server.js"]

@@ -1,0 +1,32 @@
+import { randomUUID } from 'node:crypto'
+import type { IncomingMessage } from 'node:http'
+import fp from 'fastify-plugin'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+
+export const REQUEST_ID_HEADER = 'x-request-id'
+
+// The charset of the ids that proxies generate (UUIDs, hex, base64url), bounded in length: an id
+// goes verbatim into every log line of its request, so anything else could forge or flood log lines.
+const WELL_FORMED = /^[A-Za-z0-9._-]{1,128}$/
+
+/**
+ * Fastify's `genReqId`: keeps the id a proxy in front of us already gave the request, so that one
+ * id follows it through every log; makes one otherwise, unique across replicas and restarts
+ * (Fastify's default counter starts again at 1 in every process).
+ */
+export function requestIdOf (request: IncomingMessage): string {
+  const incoming = request.headers[REQUEST_ID_HEADER]
+  return typeof incoming === 'string' && WELL_FORMED.test(incoming) ? incoming : randomUUID()
+}
+
+/** Every answer carries its request id, so that a client can quote it and we can find the log line. */
+async function requestIdPlugin (app: FastifyInstance) {
+  // onRequest is the first hook of every request, the 404s and the failed logins included;
+  // the error handler keeps headers already set, so errors carry the id too.
+  app.addHook('onRequest', (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
+    reply.header(REQUEST_ID_HEADER, request.id)
+    done()
+  })
+}
+
+export default fp(requestIdPlugin, { name: 'request-id' })

@@ -1,0 +1,131 @@
+import { execFile, spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { existsSync } from 'node:fs'
+import { chmod, mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
+import { createServer, type AddressInfo } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { validate } from 'dockerfile-utils'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { buildImage, hostPath, type Stage } from './image.js'
+
+// A management key from the README; the bundled keys.json holds its hash.
+const DEV_MANAGEMENT_KEY = 'sk-or-v1-dev-acme-mgmt-6f1d0c7a9b2e4f8c8d3a1b5e7c9f0a2d'
+
+const packageJson = JSON.parse(await readFile('package.json', 'utf8')) as { dependencies: Record<string, string>, devDependencies: Record<string, string> }
+
+describe('the Dockerfile', () => {
+  it('has no finding from the linter (dockerfile-utils)', async () => {
+    const findings = validate(await readFile('Dockerfile', 'utf8'))
+    expect(findings.map((finding) => `line ${finding.range.start.line + 1}: ${finding.message}`)).toEqual([])
+  })
+})
+
+async function freePort () {
+  const server = createServer().listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const { port } = server.address() as AddressInfo
+  server.close()
+  await once(server, 'close')
+  return port
+}
+
+const seconds = (duration: string | undefined) => Number(/^(\d+)s$/.exec(duration ?? '')?.[1] ?? Number.NaN)
+
+describe('the container image, rebuilt without Docker (test/image.ts)', () => {
+  let workspace: string
+  let built: Promise<Stage[]>
+  const runtimeStage = async () => (await built).at(-1)!
+
+  beforeAll(async () => {
+    workspace = await mkdtemp(join(tmpdir(), 'image-'))
+    // The node user must reach the runtime stage's files, as in the image.
+    await chmod(workspace, 0o755)
+    built = buildImage(process.cwd(), workspace)
+    // Handled by the tests that await it; this only keeps a failure from being reported twice.
+    built.catch(() => {})
+  })
+  afterAll(() => rm(workspace, { recursive: true, force: true }))
+
+  // The build is a test of its own, so that a Dockerfile that does not build counts as a failure.
+  it('builds from the Dockerfile and what .dockerignore lets into the context', async () => {
+    expect((await built).length).toBeGreaterThanOrEqual(2)
+  }, 300_000)
+
+  it('builds every stage on the official Node.js slim image, pinned by major version', async () => {
+    for (const stage of await built) expect(stage.image).toMatch(/^node:\d+-slim$/)
+  })
+
+  it('holds the production dependencies, the compiled code and the bundled fixtures, nothing else', async () => {
+    const runtime = await runtimeStage()
+    const app = hostPath(runtime, '.')
+    expect((await readdir(app)).sort()).toEqual(['dist', 'fixtures', 'node_modules', 'package-lock.json', 'package.json'])
+    expect(runtime.runs).toEqual([expect.stringMatching(/^npm ci --omit=dev( |$)/)])
+    for (const name of Object.keys(packageJson.dependencies)) expect(existsSync(join(app, 'node_modules', name)), name).toBe(true)
+    // A dev dependency that production code also needs (ajv, through fastify) is rightly there.
+    const lock = JSON.parse(await readFile('package-lock.json', 'utf8')) as { packages: Record<string, { dev?: boolean }> }
+    const devOnly = Object.keys(packageJson.devDependencies).filter((name) => lock.packages[`node_modules/${name}`]?.dev === true)
+    expect(devOnly.length).toBeGreaterThan(5)
+    for (const name of devOnly) expect(existsSync(join(app, 'node_modules', name)), name).toBe(false)
+    expect((await readdir(join(app, 'fixtures'))).sort()).toEqual((await readdir('fixtures')).sort())
+    const compiled = await readdir(join(app, 'dist'), { recursive: true })
+    expect(compiled).toContain('server.js')
+    expect(compiled.filter((file) => file.endsWith('.ts'))).toEqual([])
+  })
+
+  it('runs as the node user, on all interfaces, on the port it exposes', async () => {
+    const runtime = await runtimeStage()
+    expect(runtime.user).toBe('node')
+    expect(runtime.env.HOST).toBe('0.0.0.0')
+    expect(runtime.expose).toEqual([runtime.env.PORT])
+    expect(runtime.cmd).toEqual(['node', 'dist/server.js'])
+    expect(runtime.healthcheck?.cmd[0]).toBe('node')
+  })
+
+  it('starts as its CMD does, passes its HEALTHCHECK, serves the probes and the operations, and exits 0 on SIGTERM', async () => {
+    const runtime = await runtimeStage()
+    const { cmd, healthcheck } = runtime
+    if (cmd === null || healthcheck === null) throw new Error('the runtime stage needs a CMD and a HEALTHCHECK')
+    // The image's ENV, but a free port instead of 3000 so that the test never meets another
+    // server on this machine; the HEALTHCHECK reads PORT and follows.
+    const port = await freePort()
+    const env = { PATH: process.env.PATH ?? '', ...runtime.env, PORT: String(port) }
+    // The image runs as node (uid 1000) over files that root owns. Where the tests run as root, do
+    // the same, so that a server writing into its own folder fails here as it would in the image.
+    const user = process.getuid?.() === 0 ? { uid: 1000, gid: 1000 } : {}
+    const options = { cwd: hostPath(runtime, '.'), env, ...user }
+
+    const check = () => new Promise<number>((resolve) => {
+      execFile(healthcheck.cmd[0]!, healthcheck.cmd.slice(1), { ...options, timeout: seconds(healthcheck.options.timeout) * 1000 },
+        (error) => resolve(error ? Number(error.code ?? 1) : 0))
+    })
+    expect(await check()).toBe(1)
+
+    const server = spawn(cmd[0]!, cmd.slice(1), { ...options, stdio: ['ignore', 'pipe', 'pipe'] })
+    let output = ''
+    server.stdout.on('data', (chunk) => { output += chunk })
+    server.stderr.on('data', (chunk) => { output += chunk })
+    const exited = once(server, 'exit').then(([code, signal]) => code ?? signal)
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`the server did not start:\n${output}`)), 15000)
+        server.stdout.on('data', () => { if (output.includes('Server listening at')) { clearTimeout(timer); resolve() } })
+        exited.then(() => { clearTimeout(timer); reject(new Error(`the server exited:\n${output}`)) })
+      })
+      expect(await check()).toBe(0)
+
+      const base = `http://127.0.0.1:${port}`
+      const get = (path: string) => fetch(`${base}${path}`, { headers: { authorization: `Bearer ${DEV_MANAGEMENT_KEY}` } })
+      expect(await (await fetch(`${base}/health`)).json()).toEqual({ status: 'ok' })
+      expect(await (await fetch(`${base}/ready`)).json()).toEqual({ status: 'ready' })
+      expect((await (await get('/v1/providers')).json()).data.length).toBeGreaterThan(20)
+      expect((await (await get('/v1/endpoints/zdr')).json()).data.length).toBeGreaterThan(20)
+      expect((await (await get('/v1/organization/members?limit=100')).json()).total_count).toBe(130)
+    } finally {
+      server.kill('SIGTERM')
+    }
+    expect(await exited).toBe(0)
+    expect(output).not.toContain(DEV_MANAGEMENT_KEY)
+    expect(output.trim().split('\n').every((line) => JSON.parse(line))).toBe(true)
+  })
+})
