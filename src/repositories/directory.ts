@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto'
 import type { ApiKey } from '../schemas/fixtures.js'
+import type { Member } from '../schemas/member.js'
 import type { DirectoryData } from './fixtures.js'
 
 /**
@@ -20,16 +21,15 @@ export interface DirectoryRepository {
   /** The key whose SHA-256 (lowercase hex) is given. */
   findKey(sha256: string): ApiKey | undefined
   /** `{"data": Member[], "total_count": n}` as JSON, or undefined when the organization does not exist. */
-  memberPageJson(organizationId: string, offset: number, limit: number): string | undefined
+  memberPageJson(organizationId: string, offset: number, limit: number): Buffer | undefined
 }
 
 export function createDirectoryRepository (data: DirectoryData): DirectoryRepository {
   const providers = serializeList(data.providers)
   const zdrEndpoints = serializeList(data.endpoints)
   const keysByHash = new Map(data.keys.map((key) => [key.sha256, key]))
-  // Each member is serialized once; a page is a join of at most 100 precomputed strings.
-  const membersJsonByOrganization = new Map(
-    data.organizations.map((organization) => [organization.id, organization.members.map((member) => JSON.stringify(member))])
+  const membersByOrganization = new Map(
+    data.organizations.map((organization) => [organization.id, serializeMembers(organization.members)])
   )
 
   return {
@@ -37,10 +37,36 @@ export function createDirectoryRepository (data: DirectoryData): DirectoryReposi
     zdrEndpoints: () => zdrEndpoints,
     findKey: (sha256) => keysByHash.get(sha256),
     memberPageJson (organizationId, offset, limit) {
-      const members = membersJsonByOrganization.get(organizationId)
-      if (members === undefined) return undefined
-      const page = offset < members.length ? members.slice(offset, offset + limit) : []
-      return `{"data":[${page.join(',')}],"total_count":${members.length}}`
+      return membersByOrganization.get(organizationId)?.page(offset, limit)
+    }
+  }
+}
+
+const PAGE_START = Buffer.from('{"data":[')
+
+/**
+ * All members of an organization serialized once, comma-separated, in one buffer, with the byte
+ * offset where each ends. A page is a slice of it between two brackets: its cost does not depend
+ * on the size of the organization, and a million members are two objects for the garbage
+ * collector instead of a million strings.
+ */
+function serializeMembers (members: Member[]) {
+  const texts = members.map((member) => JSON.stringify(member))
+  const ends = new Uint32Array(texts.length)
+  const json = Buffer.allocUnsafe(texts.reduce((sum, text) => sum + Buffer.byteLength(text) + 1, 0))
+  let at = 0
+  texts.forEach((text, index) => {
+    at += json.write(text, at)
+    ends[index] = at
+    at += json.write(',', at)
+  })
+  const pageEnd = Buffer.from(`],"total_count":${members.length}}`)
+  return {
+    page (offset: number, limit: number): Buffer {
+      if (offset >= members.length) return Buffer.concat([PAGE_START, pageEnd])
+      const last = Math.min(offset + limit, members.length) - 1
+      const start = offset === 0 ? 0 : ends[offset - 1]! + 1
+      return Buffer.concat([PAGE_START, json.subarray(start, ends[last]), pageEnd])
     }
   }
 }

@@ -6,7 +6,7 @@ import type { SerializedList } from '../../repositories/directory.js'
  * bytes as they are instead of serializing them again; the route's response schema still
  * documents them.
  */
-export function sendSerialized (reply: FastifyReply, json: Buffer | string) {
+export function sendSerialized (reply: FastifyReply, json: Buffer) {
   return reply.type('application/json; charset=utf-8').send(json)
 }
 

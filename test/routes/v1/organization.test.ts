@@ -44,6 +44,18 @@ describe('GET /v1/organization/members', () => {
     }
   })
 
+  it('pages members whose names are not ASCII, byte for byte', async () => {
+    const names = ['Zoë', '李', 'Ångström', '🦊 Fox', 'O\'Brien "Quote"', 'back\\slash']
+    const intl = names.map((name, i) => ({ id: `user_${i}`, email: `u${i}@intl.example`, first_name: name, last_name: name.toUpperCase(), role: 'org:member' as const }))
+    const data = makeData()
+    data.organizations[0]!.members = intl
+    app = build({ data })
+    for (const [offset, limit] of [[0, 100], [1, 2], [3, 1], [5, 5]] as const) {
+      const res = await app.inject(members(`?offset=${offset}&limit=${limit}`))
+      expect(res.json()).toEqual({ data: intl.slice(offset, offset + limit), total_count: names.length })
+    }
+  })
+
   it('answers an empty page with the true total past the end', async () => {
     app = build()
     const res = await app.inject(members('?offset=250'))
