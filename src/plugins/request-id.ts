@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto'
+import { randomBytes } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
 import fp from 'fastify-plugin'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
@@ -9,14 +9,19 @@ export const REQUEST_ID_HEADER = 'x-request-id'
 // goes verbatim into every log line of its request, so anything else could forge or flood log lines.
 const WELL_FORMED = /^[A-Za-z0-9._-]{1,128}$/
 
+// Generated ids: 72 random bits drawn once per process, then a counter. Unique across replicas
+// and restarts like a UUID (Fastify's default counter starts again at 1 in every process), at a
+// fraction of the cost: a UUID per request was the costliest step after the socket write.
+const processPrefix = randomBytes(9).toString('base64url')
+let sequence = 0
+
 /**
  * Fastify's `genReqId`: keeps the id a proxy in front of us already gave the request, so that one
- * id follows it through every log; makes one otherwise, unique across replicas and restarts
- * (Fastify's default counter starts again at 1 in every process).
+ * id follows it through every log; makes one otherwise.
  */
 export function requestIdOf (request: IncomingMessage): string {
   const incoming = request.headers[REQUEST_ID_HEADER]
-  return typeof incoming === 'string' && WELL_FORMED.test(incoming) ? incoming : randomUUID()
+  return typeof incoming === 'string' && WELL_FORMED.test(incoming) ? incoming : `${processPrefix}-${(++sequence).toString(36)}`
 }
 
 /** Every answer carries its request id, so that a client can quote it and we can find the log line. */
