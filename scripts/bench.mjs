@@ -4,18 +4,24 @@
 // missing), because an in-process Node.js load generator tops out near the server's own speed
 // on a 2-core machine.
 //
-// Settings (environment): BENCH_DURATION seconds per run (5), BENCH_ROUNDS (3),
+// On this 2-core machine the servers are pinned to one core and wrk to the other (taskset): left
+// to the scheduler, wrk and the server sometimes share a core and a run loses a third of its rate.
+//
+// Settings (environment): BENCH_DURATION seconds per run (3), BENCH_ROUNDS (6),
 // BENCH_CONNECTIONS (50), BENCH_OUTPUT file to write the report to (BENCHMARKS.md; "-" for none).
-import { execFileSync, spawn } from 'node:child_process'
+import { execFile, execFileSync, spawn } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
 import { once } from 'node:events'
-import { cpSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { cpSync, createWriteStream, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { promisify } from 'node:util'
 
-const DURATION = Number(process.env.BENCH_DURATION ?? 5)
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
+const execFileAsync = promisify(execFile)
+
+const DURATION = Number(process.env.BENCH_DURATION ?? 3)
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6)
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50)
 const OUTPUT = process.env.BENCH_OUTPUT ?? 'BENCHMARKS.md'
 const ROOT = new URL('..', import.meta.url).pathname
@@ -47,6 +53,10 @@ function ensureWrk () {
   return ensureWrk()
 }
 
+// Core 0 for the load, the last core for the servers (and their helper threads).
+const SERVER_CORE = String(cpus().length - 1)
+const pinned = (core, command, args) => ['taskset', ['-c', core, command, ...args]]
+
 const sha256 = (text) => createHash('sha256').update(text).digest('hex')
 
 /** A fixtures folder: the bundled providers and endpoints, one organization of `members`, `keys` keys. */
@@ -71,15 +81,20 @@ function rssMb (pid) {
   return Number(/VmRSS:\s+(\d+) kB/.exec(status)[1]) / 1024
 }
 
-/** Starts the service as `npm start` does, with its log going to a file; times the first 200. */
+/**
+ * Starts the service as the container does (`node dist/server.js`), its stdout a pipe that this
+ * process copies to a file, as a container runtime takes a container's log; times the first 200.
+ */
 async function startService (name, fixturesDir, key) {
   const port = nextPort++
-  const log = openSync(join(work, `${name}.log`), 'a')
+  const log = createWriteStream(join(work, `${name}.log`))
   const started = performance.now()
-  const child = spawn(process.execPath, [SERVER], {
+  const child = spawn(...pinned(SERVER_CORE, process.execPath, [SERVER]), {
     env: { PATH: process.env.PATH, PORT: String(port), ...(fixturesDir ? { FIXTURES_DIR: fixturesDir } : {}) },
-    stdio: ['ignore', log, log]
+    stdio: ['ignore', 'pipe', 'pipe']
   })
+  child.stdout.pipe(log)
+  child.stderr.pipe(log)
   children.add(child)
   const url = `http://127.0.0.1:${port}`
   for (;;) {
@@ -106,7 +121,7 @@ async function startBaseline (service, path, requestHeaders) {
   const file = join(work, `baseline-${nextPort}.json`)
   writeFileSync(file, JSON.stringify({ status: res.status, headers, body: Buffer.from(await res.arrayBuffer()).toString('base64') }))
   const port = nextPort++
-  const child = spawn(process.execPath, [BASELINE, file, String(port)], { stdio: ['ignore', 'pipe', 'inherit'] })
+  const child = spawn(...pinned(SERVER_CORE, process.execPath, [BASELINE, file, String(port)]), { stdio: ['ignore', 'pipe', 'inherit'] })
   children.add(child)
   await once(child.stdout, 'data')
   return { url: `http://127.0.0.1:${port}`, child, status: res.status }
@@ -121,10 +136,11 @@ function stop (child) {
 const UNITS = { us: 0.001, ms: 1, s: 1000 }
 const toMs = (text) => { const [, n, unit] = /([\d.]+)(us|ms|s)/.exec(text); return Number(n) * UNITS[unit] }
 
-function wrk (url, headers, seconds = DURATION) {
+// Asynchronous: this process must keep copying the services' logs while wrk runs.
+async function wrk (url, headers, seconds = DURATION) {
   const args = ['-t1', `-c${CONNECTIONS}`, `-d${seconds}s`, '--latency']
   for (const [name, value] of Object.entries(headers)) args.push('-H', `${name}: ${value}`)
-  const out = execFileSync('wrk', [...args, url], { encoding: 'utf8' })
+  const { stdout: out } = await execFileAsync(...pinned('0', 'wrk', [...args, url]), { encoding: 'utf8' })
   const socket = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out)
   const non2xx = /Non-2xx or 3xx responses: (\d+)/.exec(out)
   return {
@@ -143,14 +159,19 @@ const summarize = (runs) => ({
   errors: runs.reduce((sum, r) => sum + r.errors, 0)
 })
 
-/** Alternates the targets (A B A B ...) for ROUNDS rounds after a short warm-up of each. */
-function alternate (targets) {
-  for (const t of targets) wrk(t.url, t.headers, 1)
-  const runs = targets.map(() => [])
+/**
+ * Alternates two targets (A B A B ...) for ROUNDS rounds after a short warm-up of each. The ratio
+ * B/A is the median of the ratios of each round's adjacent runs, which drifts of the machine
+ * between rounds affect less than a ratio of medians.
+ */
+async function alternate ([a, b]) {
+  for (const t of [a, b]) await wrk(t.url, t.headers, 1)
+  const runs = [[], []]
   for (let round = 0; round < ROUNDS; round++) {
-    targets.forEach((t, i) => runs[i].push(wrk(t.url, t.headers)))
+    runs[0].push(await wrk(a.url, a.headers))
+    runs[1].push(await wrk(b.url, b.headers))
   }
-  return runs.map(summarize)
+  return { a: summarize(runs[0]), b: summarize(runs[1]), ratio: median(runs[1].map((r, i) => r.rps / runs[0][i].rps)) }
 }
 
 const fmt = (n, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits })
@@ -172,11 +193,12 @@ async function main () {
   print(`# Benchmarks`)
   print()
   print(`Command: \`npm run bench\` (${ROUNDS} rounds of ${DURATION} s per target, alternated; ${CONNECTIONS} connections;` +
-    ` load from ${wrkVersion.split(' [')[0]}, one thread, a separate process).`)
+    ` load from ${wrkVersion.split(' [')[0]}, one thread, a separate process pinned to core 0; servers pinned to core ${SERVER_CORE}).`)
   print(`Machine: ${cpus().length} × ${cpus()[0].model.trim()}, ${fmt(totalmem() / 2 ** 30, 0)} GiB; Node.js ${process.version}; ${new Date().toISOString().slice(0, 10)}.`)
-  print('The service runs with its default configuration (LOG_LEVEL=info, one access line per request) and its log')
-  print('going to a file, as a container runtime would take it. The baseline is a raw `node:http` server writing the')
-  print('same status, headers and body from a precomputed buffer. Figures are medians over the rounds.')
+  print('The service runs with its default configuration (LOG_LEVEL=info, one access line per request), its stdout')
+  print('a pipe copied to a file, as a container runtime takes it. The baseline is a raw `node:http` server writing the')
+  print('same status, headers and body from a precomputed buffer. Rates and latencies are medians over the rounds;')
+  print('a ratio is the median of the ratios of the two adjacent runs of each round.')
   print()
   print('## Service against baseline (bundled fixtures)')
   print()
@@ -198,9 +220,10 @@ async function main () {
       headers['if-none-match'] = res.headers.get('etag') ?? '"none"'
     }
     const baseline = await startBaseline(bundled, op.path, op.conditional ? { 'if-none-match': headers['if-none-match'] } : {})
-    const [s, b] = alternate([{ url: `${bundled.url}${op.path}`, headers }, { url: baseline.url, headers }])
+    // Baseline first, so that the ratio reads service/baseline.
+    const { a: b, b: s, ratio } = await alternate([{ url: baseline.url, headers }, { url: `${bundled.url}${op.path}`, headers }])
     await stop(baseline.child)
-    print(`| ${op.label} | ${fmt(s.rps)} | ${fmt(b.rps)} | ${fmt(s.rps / b.rps, 2)} | ${ms(s.p50)} / ${ms(s.p99)} | ${ms(b.p50)} / ${ms(b.p99)} | ${s.errors} |`)
+    print(`| ${op.label} | ${fmt(s.rps)} | ${fmt(b.rps)} | ${fmt(ratio, 2)} | ${ms(s.p50)} / ${ms(s.p99)} | ${ms(b.p50)} / ${ms(b.p99)} | ${s.errors} |`)
   }
   const bundledRssAfterLoad = rssMb(bundled.child.pid)
   await stop(bundled.child)
@@ -217,18 +240,18 @@ async function main () {
   const svcLarge = await startService('members-1000000', large, BENCH_KEY)
   const svcKeys = await startService('keys-100000', manyKeys, BENCH_KEY)
   {
-    const [s, l] = alternate([
+    const { a: s, b: l, ratio } = await alternate([
       { url: `${svcSmall.url}/v1/organization/members?offset=0&limit=100`, headers: auth(svcSmall) },
       { url: `${svcLarge.url}/v1/organization/members?offset=999900&limit=100`, headers: auth(svcLarge) }
     ])
-    print(`| members page, 100 members → 1,000,000 members | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(l.rps / s.rps, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
+    print(`| members page, 100 members → 1,000,000 members | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(ratio, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
   }
   {
-    const [s, l] = alternate([
+    const { a: s, b: l, ratio } = await alternate([
       { url: `${svcSmall.url}/v1/providers`, headers: auth(svcSmall) },
       { url: `${svcKeys.url}/v1/providers`, headers: auth(svcKeys) }
     ])
-    print(`| providers, 3 keys → 100,000 keys | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(l.rps / s.rps, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
+    print(`| providers, 3 keys → 100,000 keys | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(ratio, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
   }
   const largeRssAfterLoad = rssMb(svcLarge.child.pid)
 

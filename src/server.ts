@@ -1,9 +1,9 @@
 import closeWithGrace from 'close-with-grace'
-import pino from 'pino'
 import { buildApp } from './app.js'
 import { loadConfig } from './config.js'
 import { loadFixtures } from './repositories/fixtures.js'
 import { createDirectoryRepository } from './repositories/directory.js'
+import { createLogStream } from './log-stream.js'
 
 async function main () {
   let config
@@ -18,7 +18,7 @@ async function main () {
   }
 
   // JSON lines for log collectors; readable lines only when a person watches a terminal.
-  const destination = process.stdout.isTTY ? undefined : bufferedStdout()
+  const destination = process.stdout.isTTY ? undefined : createLogStream()
   const app = buildApp({
     repository: createDirectoryRepository(data),
     log: destination ? { level: config.LOG_LEVEL, stream: destination } : { level: config.LOG_LEVEL, pretty: true }
@@ -36,18 +36,6 @@ async function main () {
   await app.listen({ host: config.HOST, port: config.PORT })
   app.log.info({ providers: data.providers.length, endpoints: data.endpoints.length, organizations: data.organizations.length, keys: data.keys.length, fixtures: config.FIXTURES_DIR }, 'directory loaded')
   // The start-up lines are worth seeing at once, not up to a second later.
-  destination?.flushSync()
+  destination?.flush()
 }
-
-/**
- * stdout with the lines gathered into 4 KiB writes: one write(2) per access line costs more than
- * the request itself. Flushed at least every second, and on exit however the process ends
- * (close-with-grace exits on its own when the grace period runs out).
- */
-function bufferedStdout () {
-  const destination = pino.destination({ dest: 1, sync: true, minLength: 4096, periodicFlush: 1000 })
-  process.on('exit', () => destination.flushSync())
-  return destination
-}
-
 await main()
