@@ -25,7 +25,8 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6)
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50)
 const OUTPUT = process.env.BENCH_OUTPUT ?? 'BENCHMARKS.md'
 const ROOT = new URL('..', import.meta.url).pathname
-const SERVER = join(ROOT, 'dist/server.js')
+// The service starts as `npm start` and the image's CMD do (a test holds those two equal).
+const START = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts.start.split(' ')
 const BASELINE = join(ROOT, 'scripts/bench-baseline.mjs')
 
 // The bundled management key of Acme AI (README, "Development keys").
@@ -89,7 +90,8 @@ async function startService (name, fixturesDir, key) {
   const port = nextPort++
   const log = createWriteStream(join(work, `${name}.log`))
   const started = performance.now()
-  const child = spawn(...pinned(SERVER_CORE, process.execPath, [SERVER]), {
+  const child = spawn(...pinned(SERVER_CORE, process.execPath, START.slice(1)), {
+    cwd: ROOT,
     env: { PATH: process.env.PATH, PORT: String(port), ...(fixturesDir ? { FIXTURES_DIR: fixturesDir } : {}) },
     stdio: ['ignore', 'pipe', 'pipe']
   })
