@@ -207,13 +207,16 @@ async function main () {
   print('| Operation | Service req/s | Baseline req/s | Ratio | Service p50 / p99 | Baseline p50 / p99 | Errors |')
   print('|---|---:|---:|---:|---:|---:|---:|')
 
+  // `target`: the least ratio service/baseline aimed at (issue 5).
   const operations = [
-    { label: 'GET /v1/providers', path: '/v1/providers' },
-    { label: 'GET /v1/endpoints/zdr', path: '/v1/endpoints/zdr' },
-    { label: 'GET /v1/organization/members?offset=100&limit=100', path: '/v1/organization/members?offset=100&limit=100' },
+    { label: 'GET /v1/providers', path: '/v1/providers', target: 0.8 },
+    { label: 'GET /v1/endpoints/zdr', path: '/v1/endpoints/zdr', target: 0.8 },
+    { label: 'GET /v1/organization/members?offset=100&limit=100', path: '/v1/organization/members?offset=100&limit=100', target: 0.7 },
     { label: 'GET /v1/providers, If-None-Match (304)', path: '/v1/providers', conditional: true },
     { label: 'GET /v1/endpoints/zdr, If-None-Match (304)', path: '/v1/endpoints/zdr', conditional: true }
   ]
+  const targets = []
+  const target = (name, aim, figure, met) => targets.push(`| ${name} | ${aim} | ${figure} | ${met ? 'met' : '**missed**'} |`)
   for (const op of operations) {
     const headers = { ...auth(bundled) }
     if (op.conditional) {
@@ -226,6 +229,8 @@ async function main () {
     const { a: b, b: s, ratio } = await alternate([{ url: baseline.url, headers }, { url: `${bundled.url}${op.path}`, headers }])
     await stop(baseline.child)
     print(`| ${op.label} | ${fmt(s.rps)} | ${fmt(b.rps)} | ${fmt(ratio, 2)} | ${ms(s.p50)} / ${ms(s.p99)} | ${ms(b.p50)} / ${ms(b.p99)} | ${s.errors} |`)
+    if (op.target) target(`${op.label}: service/baseline`, `>= ${op.target}`, fmt(ratio, 2), ratio >= op.target)
+    target(`${op.label}: p99 at ${CONNECTIONS} connections`, '< 10 ms', ms(s.p99), s.p99 < 10)
   }
   const bundledRssAfterLoad = rssMb(bundled.child.pid)
   await stop(bundled.child)
@@ -247,6 +252,7 @@ async function main () {
       { url: `${svcLarge.url}/v1/organization/members?offset=999900&limit=100`, headers: auth(svcLarge) }
     ])
     print(`| members page, 100 members → 1,000,000 members | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(ratio, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
+    target('members page, 1,000,000 members against 100', 'within 10 %', fmt(ratio, 2), ratio >= 0.9)
   }
   {
     const { a: s, b: l, ratio } = await alternate([
@@ -254,6 +260,7 @@ async function main () {
       { url: `${svcKeys.url}/v1/providers`, headers: auth(svcKeys) }
     ])
     print(`| providers, 3 keys → 100,000 keys | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(ratio, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
+    target('providers, 100,000 keys against 3', 'within 10 %', fmt(ratio, 2), ratio >= 0.9)
   }
   const largeRssAfterLoad = rssMb(svcLarge.child.pid)
 
@@ -266,6 +273,15 @@ async function main () {
   print(`| organization of 1,000,000 members | ${fmt(svcLarge.firstAnswerMs)} ms | ${fmt(svcLarge.rssAfterStart, 1)} MB | ${fmt(largeRssAfterLoad, 1)} MB |`)
   print(`| keys file of 100,000 keys | ${fmt(svcKeys.firstAnswerMs)} ms | ${fmt(svcKeys.rssAfterStart, 1)} MB | — |`)
   await Promise.all([svcSmall, svcLarge, svcKeys].map((s) => stop(s.child)))
+  target('RSS with the bundled fixtures, after start and after load', '< 100 MB', `${fmt(bundled.rssAfterStart, 1)} / ${fmt(bundledRssAfterLoad, 1)} MB`, Math.max(bundled.rssAfterStart, bundledRssAfterLoad) < 100)
+  target('first 200 after start, bundled fixtures', '< 1 s', `${fmt(bundled.firstAnswerMs)} ms`, bundled.firstAnswerMs < 1000)
+
+  print()
+  print('## Targets')
+  print()
+  print('| Target | Aim | Measured | |')
+  print('|---|---|---:|---|')
+  for (const line of targets) print(line)
 
   if (OUTPUT !== '-') {
     writeFileSync(join(ROOT, OUTPUT), lines.join('\n') + '\n')
