@@ -83,7 +83,7 @@ function rssMb (pid) {
 }
 
 /**
- * Starts the service as the container does (`node dist/server.js`), its stdout a pipe that this
+ * Starts the service as `npm start` and the container do (START), its stdout a pipe that this
  * process copies to a file, as a container runtime takes a container's log; times the first 200.
  */
 async function startService (name, fixturesDir, key) {

@@ -23,7 +23,7 @@ export interface LogOptions {
   pretty?: boolean
 }
 
-export interface AppOptions {
+interface AppOptions {
   repository: DirectoryRepository
   /** No logging unless the caller (server.ts, a test) asks for it. */
   log?: LogOptions
@@ -52,6 +52,15 @@ export function buildApp ({ repository, log }: AppOptions) {
     // they are served as usual instead (with `Connection: close`), and /ready tells the balancer.
     return503OnClosing: false
   }).withTypeProvider<TypeBoxTypeProvider>()
+
+  // No route takes a body: whatever is sent is read and dropped unparsed, so that a wrong method gets
+  // its 405 (not a 400 or 415 about the body), and an anonymous caller cannot make us parse a MiB of JSON.
+  app.removeAllContentTypeParsers()
+  app.addContentTypeParser('*', (_request, payload, done) => {
+    payload.on('end', () => done(null))
+    payload.on('error', done)
+    payload.resume()
+  })
 
   app.register(errors)
   app.register(openapi)

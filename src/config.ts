@@ -9,14 +9,15 @@ export const BUNDLED_FIXTURES_DIR = fileURLToPath(new URL('../fixtures', import.
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 
 const ConfigSchema = Type.Object({
-  HOST: Type.String({ default: '127.0.0.1', minLength: 1 }),
+  // A host name or an IPv4/IPv6 address: whatever else is a typo.
+  HOST: Type.String({ default: '127.0.0.1', pattern: '^[A-Za-z0-9.:-]+$' }),
   PORT: Type.Integer({ default: 3000, minimum: 0, maximum: 65535 }),
   LOG_LEVEL: Type.Union(LOG_LEVELS.map((level) => Type.Literal(level)), { default: 'info' }),
   FIXTURES_DIR: Type.String({ default: BUNDLED_FIXTURES_DIR, minLength: 1 }),
   SHUTDOWN_GRACE_MS: Type.Integer({ default: 10000, minimum: 0, description: 'How long in-flight requests may run after SIGTERM' })
 })
 
-export type Config = Static<typeof ConfigSchema>
+type Config = Static<typeof ConfigSchema>
 
 /**
  * Reads the settings from the environment (an empty variable counts as unset); throws with a

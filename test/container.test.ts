@@ -2,15 +2,14 @@ import { execFile, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync } from 'node:fs'
 import { chmod, mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
-import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { validate } from 'dockerfile-utils'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildImage, hostPath, type Stage } from './image.js'
+import { BUNDLED_MANAGEMENT_KEY, freePort } from './process.js'
 
 // A management key from the README; the bundled keys.json holds its hash.
-const DEV_MANAGEMENT_KEY = 'sk-or-v1-dev-acme-mgmt-6f1d0c7a9b2e4f8c8d3a1b5e7c9f0a2d'
 
 const packageJson = JSON.parse(await readFile('package.json', 'utf8')) as { dependencies: Record<string, string>, devDependencies: Record<string, string> }
 
@@ -20,15 +19,6 @@ describe('the Dockerfile', () => {
     expect(findings.map((finding) => `line ${finding.range.start.line + 1}: ${finding.message}`)).toEqual([])
   })
 })
-
-async function freePort () {
-  const server = createServer().listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as AddressInfo
-  server.close()
-  await once(server, 'close')
-  return port
-}
 
 const seconds = (duration: string | undefined) => Number(/^(\d+)s$/.exec(duration ?? '')?.[1] ?? Number.NaN)
 
@@ -117,7 +107,7 @@ describe('the container image, rebuilt without Docker (test/image.ts)', () => {
       expect(await check()).toBe(0)
 
       const base = `http://127.0.0.1:${port}`
-      const get = (path: string) => fetch(`${base}${path}`, { headers: { authorization: `Bearer ${DEV_MANAGEMENT_KEY}` } })
+      const get = (path: string) => fetch(`${base}${path}`, { headers: { authorization: `Bearer ${BUNDLED_MANAGEMENT_KEY}` } })
       expect(await (await fetch(`${base}/health`)).json()).toEqual({ status: 'ok' })
       expect(await (await fetch(`${base}/ready`)).json()).toEqual({ status: 'ready' })
       expect((await (await get('/v1/providers')).json()).data.length).toBeGreaterThan(20)
@@ -127,7 +117,7 @@ describe('the container image, rebuilt without Docker (test/image.ts)', () => {
       server.kill('SIGTERM')
     }
     expect(await exited).toBe(0)
-    expect(output).not.toContain(DEV_MANAGEMENT_KEY)
+    expect(output).not.toContain(BUNDLED_MANAGEMENT_KEY)
     expect(output.trim().split('\n').every((line) => JSON.parse(line))).toBe(true)
   })
 })

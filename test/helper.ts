@@ -88,8 +88,8 @@ export function makeData (overrides: Partial<DirectoryData> = {}): DirectoryData
 
 export const bearer = (key: string) => ({ authorization: `Bearer ${key}` })
 
-/** Collects what the app logs, one parsed JSON object per line. */
-export function captureLogs () {
+/** Collects what the app logs at `level` (the default level of the server unless told), one parsed JSON object per line. */
+export function captureLogs (level = 'info') {
   const lines: Array<Record<string, unknown>> = []
   const raw: string[] = []
   const stream = new Writable({
@@ -101,7 +101,7 @@ export function captureLogs () {
       callback()
     }
   })
-  return { lines, raw, log: { level: 'trace', stream } }
+  return { lines, raw, log: { level, stream } }
 }
 
 export interface BuildOptions {

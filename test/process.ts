@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
+import { createServer, type AddressInfo } from 'node:net'
 
 export interface RunningServer {
   process: ChildProcess
@@ -47,3 +48,16 @@ export async function failToStart (env: Record<string, string>) {
   const [code] = await once(child, 'exit')
   return { code: code as number, output }
 }
+
+/** A port nobody listens on right now. */
+export async function freePort () {
+  const server = createServer().listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const { port } = server.address() as AddressInfo
+  server.close()
+  await once(server, 'close')
+  return port
+}
+
+/** The management key of Acme AI in the bundled fixtures (README, "Development keys"). */
+export const BUNDLED_MANAGEMENT_KEY = 'sk-or-v1-dev-acme-mgmt-6f1d0c7a9b2e4f8c8d3a1b5e7c9f0a2d'

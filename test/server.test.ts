@@ -2,15 +2,13 @@ import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { failToStart, startServer } from './process.js'
+import { BUNDLED_MANAGEMENT_KEY, failToStart, startServer } from './process.js'
 
-// The plaintext dev keys the README lists; the bundled keys.json holds their hashes.
-const DEV_MANAGEMENT_KEY = 'sk-or-v1-dev-acme-mgmt-6f1d0c7a9b2e4f8c8d3a1b5e7c9f0a2d'
 
 describe('the server process on the bundled fixtures', () => {
   it('serves the three operations over a real socket and exits 0 on SIGTERM', async () => {
     const server = await startServer()
-    const get = (path: string) => fetch(`${server.url}${path}`, { headers: { authorization: `Bearer ${DEV_MANAGEMENT_KEY}` } })
+    const get = (path: string) => fetch(`${server.url}${path}`, { headers: { authorization: `Bearer ${BUNDLED_MANAGEMENT_KEY}` } })
 
     const providers = await get('/v1/providers')
     expect(providers.status).toBe(200)
@@ -27,7 +25,7 @@ describe('the server process on the bundled fixtures', () => {
     // One JSON line per event, and no key in any of them.
     const lines = server.output().trim().split('\n')
     expect(lines.every((line) => JSON.parse(line))).toBeTruthy()
-    expect(server.output()).not.toContain(DEV_MANAGEMENT_KEY)
+    expect(server.output()).not.toContain(BUNDLED_MANAGEMENT_KEY)
   })
 
   it('exits 0 on SIGINT too', async () => {
@@ -65,6 +63,7 @@ describe('refusing to start', () => {
     [{ PORT: 'abc' }, 'PORT'],
     [{ PORT: '70000' }, 'PORT'],
     [{ PORT: '3.5' }, 'PORT'],
+    [{ HOST: 'local host' }, 'HOST'],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'],
     [{ SHUTDOWN_GRACE_MS: '-5' }, 'SHUTDOWN_GRACE_MS']
   ])('stops on a bad setting %o, naming it', async (env, name) => {

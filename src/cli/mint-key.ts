@@ -25,7 +25,7 @@ async function main () {
   const dir = values['fixtures-dir'] ?? loadConfig().FIXTURES_DIR
   const data = await loadFixtures(dir)
   if (data.keys.some((key) => key.name === values.name)) throw new Error(`a key named ${JSON.stringify(values.name)} exists already in ${join(dir, FIXTURE_FILES.keys)}`)
-  if (!data.organizations.some((organization) => organization.id === values.org)) {
+  if (kind === 'management' && !data.organizations.some((organization) => organization.id === values.org)) {
     process.stderr.write(`warning: no organization ${values.org} in ${FIXTURE_FILES.organizations}; this key will get 404 on the member listing\n`)
   }
 

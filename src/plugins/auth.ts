@@ -16,7 +16,7 @@ declare module 'fastify' {
   }
 }
 
-export interface AuthOptions {
+interface AuthOptions {
   /** Looks a key up by the SHA-256 (lowercase hex) of its text. */
   findKey: (sha256: string) => ApiKey | undefined
 }
@@ -26,7 +26,8 @@ const MalformedHeader = createError('AUTH_MALFORMED_HEADER', 'Invalid Authentica
 const UnknownKey = createError('AUTH_UNKNOWN_KEY', 'Invalid API key', 401)
 const NotManagementKey = createError('AUTH_NOT_MANAGEMENT_KEY', 'Only management keys can perform this operation', 403)
 
-const BEARER_PREFIX = /^Bearer \S/
+// bearer-auth trims what follows `Bearer `, so `Bearer  <key>` is a key too.
+const BEARER_PREFIX = /^Bearer \s*\S/
 
 /** bearer-auth says "invalid header" for both a wrong scheme and an unknown key; users need to know which. */
 function explain (error: Error & { code?: string }, request: FastifyRequest): Error {
@@ -52,8 +53,9 @@ async function authPlugin (app: FastifyInstance, { findKey }: AuthOptions) {
       return true
     },
     addHook: false,
-    // A failed login is the client's mistake, not ours: keep it out of the error level.
-    verifyErrorLogLevel: 'info'
+    // A failed login is the client's mistake, not ours: keep it out of the error level, and out of
+    // the default log altogether, where its access line (status 401) already stands.
+    verifyErrorLogLevel: 'debug'
   })
 
   const verify = app.verifyBearerAuth

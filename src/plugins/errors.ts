@@ -3,6 +3,8 @@ import fp from 'fastify-plugin'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ErrorSchema } from '../schemas/common.js'
+import { logRequestCompleted } from '../access-log.js'
+import { REQUEST_ID_HEADER } from './request-id.js'
 
 /** The body every non-2xx answer carries; `code` always equals the HTTP status. */
 export function errorBody (code: number, message: string) {
@@ -23,13 +25,23 @@ function validationMessage (error: FastifyError): string {
   return error.message
 }
 
-/**
- * Fastify answers a malformed URL before any route or error handler runs (option
- * `frameworkErrors`); this gives that answer our shape too.
- */
-export function frameworkErrors (error: FastifyError, _request: FastifyRequest, reply: FastifyReply) {
+/** 4xx keep their clear message; a 5xx says only its status, and its real cause goes to the log. */
+function sendError (error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
   const status = statusOf(error)
-  return reply.code(status).send(errorBody(status, status >= 500 ? STATUS_CODES[status] ?? 'Internal Server Error' : error.message))
+  if (status >= 500) {
+    request.log.error({ err: error }, 'request failed')
+    return reply.code(status).send(errorBody(status, STATUS_CODES[status] ?? 'Internal Server Error'))
+  }
+  return reply.code(status).send(errorBody(status, error.validation ? validationMessage(error) : error.message))
+}
+
+/**
+ * Fastify answers a malformed URL before any route, hook or error handler runs (option
+ * `frameworkErrors`): this answer gets our shape, the request id and its access line by hand.
+ */
+export function frameworkErrors (error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
+  sendError(error, request, reply.header(REQUEST_ID_HEADER, request.id))
+  logRequestCompleted(request, reply)
 }
 
 /**
@@ -50,16 +62,7 @@ async function errorsPlugin (app: FastifyInstance) {
   // Shared, so that every route refers to one Error schema (and the OpenAPI document has one component).
   app.addSchema(ErrorSchema)
 
-  app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
-    const status = statusOf(error)
-    if (status >= 500) {
-      // The real cause goes to the log (with the request id), never to the client.
-      request.log.error({ err: error }, 'request failed')
-      return reply.code(status).send(errorBody(status, STATUS_CODES[status] ?? 'Internal Server Error'))
-    }
-    const message = error.validation ? validationMessage(error) : error.message
-    return reply.code(status).send(errorBody(status, message))
-  })
+  app.setErrorHandler(sendError)
 
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?', 1)[0] ?? request.url

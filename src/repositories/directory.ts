@@ -3,16 +3,19 @@ import type { ApiKey } from '../schemas/fixtures.js'
 import type { Member } from '../schemas/member.js'
 import type { DirectoryData } from './fixtures.js'
 
-/**
- * Read access to the directory. The data never changes while the process runs, so every
- * body is serialized once here and the routes only pick the bytes to send.
- */
+/** A list serialized once, with its entity tags. */
 export interface SerializedList {
   json: Buffer
   /** Strong entity tag of `json`. */
   etag: string
+  /** The same tag, weak (`W/"…"`), which If-None-Match may carry too. */
+  weakEtag: string
 }
 
+/**
+ * Read access to the directory. The data never changes while the process runs, so every
+ * body is serialized once here and the routes only pick the bytes to send.
+ */
 export interface DirectoryRepository {
   /** `{"data": Provider[]}` as JSON. */
   providers(): SerializedList
@@ -61,9 +64,10 @@ function serializeMembers (members: Member[]) {
     at += json.write(',', at)
   })
   const pageEnd = Buffer.from(`],"total_count":${members.length}}`)
+  const pastTheEnd = Buffer.concat([PAGE_START, pageEnd])
   return {
     page (offset: number, limit: number): Buffer {
-      if (offset >= members.length) return Buffer.concat([PAGE_START, pageEnd])
+      if (offset >= members.length) return pastTheEnd
       const last = Math.min(offset + limit, members.length) - 1
       const start = offset === 0 ? 0 : ends[offset - 1]! + 1
       return Buffer.concat([PAGE_START, json.subarray(start, ends[last]), pageEnd])
@@ -73,5 +77,6 @@ function serializeMembers (members: Member[]) {
 
 function serializeList (records: unknown[]): SerializedList {
   const json = Buffer.from(JSON.stringify({ data: records }))
-  return { json, etag: `"${createHash('sha256').update(json).digest('base64url')}"` }
+  const etag = `"${createHash('sha256').update(json).digest('base64url')}"`
+  return { json, etag, weakEtag: `W/${etag}` }
 }

@@ -25,7 +25,7 @@ type FileName = keyof typeof fileSchemas
 
 export type DirectoryData = { [name in FileName]: Static<(typeof fileSchemas)[name]> }
 
-export class FixtureError extends Error {
+class FixtureError extends Error {
   override name = 'FixtureError'
 }
 
@@ -44,6 +44,8 @@ export async function loadFixtures (dir: string): Promise<DirectoryData> {
   assertUnique(FIXTURE_FILES.providers, data.providers.map((provider) => provider.slug), 'slug')
   assertUnique(FIXTURE_FILES.organizations, data.organizations.map((organization) => organization.id), 'id')
   assertUnique(FIXTURE_FILES.keys, data.keys.map((key) => key.sha256), 'sha256')
+  // Operators revoke a key by deleting its record by name: a name must say which record.
+  assertUnique(FIXTURE_FILES.keys, data.keys.map((key) => key.name), 'name')
   data.organizations.forEach((organization, index) => {
     assertUnique(FIXTURE_FILES.organizations, organization.members.map((member) => member.id), 'id', `[${index}].members`)
   })

@@ -42,3 +42,10 @@ export function ErrorResponse (status: number, description: string, exampleMessa
 export const NotModifiedResponse = Type.Null({
   description: 'Not Modified: the list is unchanged since the ETag given in If-None-Match; no body'
 })
+
+/** 401 on every operation; the example shows one of the three messages. */
+export const UnauthorizedResponse = (exampleMessage: string) =>
+  ErrorResponse(401, 'The Authorization header is missing, malformed, or carries an unknown key', exampleMessage)
+
+/** 500 on every operation. */
+export const InternalErrorResponse = ErrorResponse(500, 'Unexpected server error', 'Internal Server Error')

@@ -8,7 +8,6 @@ export const OrganizationSchema = Type.Object({
   members: Type.Array(MemberSchema)
 }, { additionalProperties: false })
 
-export type Organization = Static<typeof OrganizationSchema>
 
 export const KEY_KINDS = ['standard', 'management'] as const
 

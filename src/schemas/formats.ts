@@ -3,8 +3,9 @@ import { FormatRegistry } from '@sinclair/typebox'
 // names we never show); the codes are all we need.
 import countries from 'i18n-iso-countries/index.js'
 
-// TypeBox ships no string formats; these are the ones our schemas use. Fastify's Ajv
-// learns the same predicates through `ajvFormats`, so both validators agree.
+// TypeBox ships no string formats; these are the ones our schemas use. The same predicates,
+// `ajvFormats`, let Ajv check responses against the OpenAPI document (test/conformance.ts), so both
+// validators agree. (Fastify's own Ajv validates only the member query, which has no format.)
 const isoAlpha2Codes = new Set(Object.keys(countries.getAlpha2Codes()))
 
 export const COUNTRY_CODE_FORMAT = 'iso-3166-alpha-2'

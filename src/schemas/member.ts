@@ -40,4 +40,3 @@ const MemberPageQueryWireSchema = Type.Object({
 // Defaults and bounds live here, not in the handler; the SDK sends these names.
 export const MemberPageQuerySchema = Type.Unsafe<Required<Static<typeof MemberPageQueryWireSchema>>>(MemberPageQueryWireSchema)
 
-export type MemberPageQuery = Static<typeof MemberPageQuerySchema>

@@ -1,9 +1,6 @@
 import { execFile } from 'node:child_process'
-import { createServer } from 'node:net'
-import { once } from 'node:events'
-import type { AddressInfo } from 'node:net'
 import { describe, expect, it } from 'vitest'
-import { startServer } from '../process.js'
+import { freePort, startServer } from '../process.js'
 
 /** Runs dist/cli/healthcheck.js as the image's HEALTHCHECK does; answers its exit code and stderr. */
 function healthcheck (env: Record<string, string>) {
@@ -12,15 +9,6 @@ function healthcheck (env: Record<string, string>) {
       resolve({ code: error ? (error.code as number) : 0, stderr })
     })
   })
-}
-
-async function freePort () {
-  const server = createServer().listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as AddressInfo
-  server.close()
-  await once(server, 'close')
-  return port
 }
 
 describe('the container health check', () => {

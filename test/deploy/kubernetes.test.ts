@@ -9,7 +9,7 @@ import { PodDisruptionBudget } from 'kubernetes-models/policy/v1/PodDisruptionBu
 import { Service } from 'kubernetes-models/v1/Service'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { FIXTURE_FILES, loadFixtures } from '../../src/repositories/fixtures.js'
-import { startServer } from '../process.js'
+import { BUNDLED_MANAGEMENT_KEY, startServer } from '../process.js'
 
 const BASE = 'deploy/kubernetes'
 
@@ -154,7 +154,7 @@ describe('the Kubernetes base (deploy/kubernetes)', () => {
       const server = await startServer()
       try {
         const paths = ['/v1/providers', '/v1/endpoints/zdr', '/v1/organization/members?limit=100', '/health']
-        const headers = { authorization: 'Bearer sk-or-v1-dev-acme-mgmt-6f1d0c7a9b2e4f8c8d3a1b5e7c9f0a2d' }
+        const headers = { authorization: `Bearer ${BUNDLED_MANAGEMENT_KEY}` }
         let next = 0
         await Promise.all(Array.from({ length: 32 }, async () => {
           while (next < 5000) {

@@ -42,7 +42,8 @@ describe('bearer authentication on /v1', () => {
   })
 
   it('logs a failed login below the error level, and never the key or the header', async () => {
-    const logs = captureLogs()
+    // At the most verbose level, so that no line anywhere can carry a key.
+    const logs = captureLogs('trace')
     app = build({ log: logs.log })
     await app.inject({ url: '/v1/providers', headers: bearer('sk-or-v1-wrong-secret') })
     await app.inject({ url: '/v1/organization/members', headers: bearer(KEYS.alphaManagement) })
@@ -54,5 +55,14 @@ describe('bearer authentication on /v1', () => {
     const text = logs.raw.join('\n')
     for (const secret of ['sk-or-v1-wrong-secret', KEYS.alphaManagement, KEYS.alphaStandard]) expect(text).not.toContain(secret)
     expect(text.toLowerCase()).not.toContain('authorization":')
+  })
+
+  it('redacts the Authorization header should anything log a request', async () => {
+    const logs = captureLogs()
+    app = build({ log: logs.log })
+    await app.ready()
+    app.log.info({ headers: { authorization: `Bearer ${KEYS.alphaManagement}`, host: 'x' } }, 'a request')
+    expect(logs.raw.join('\n')).not.toContain(KEYS.alphaManagement)
+    expect(logs.lines.at(-1)).toMatchObject({ headers: { authorization: '[redacted]', host: 'x' } })
   })
 })

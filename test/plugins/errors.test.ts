@@ -24,11 +24,15 @@ describe('the error shape', () => {
     expect(res.json()).toEqual({ error: { code: 405, message: `Method ${method} is not allowed on /v1/organization/members; use GET` } })
   })
 
-  it('answers a malformed JSON body on a wrong method with the error shape', async () => {
+  // No route takes a body, so none is parsed: the method is what is wrong, whatever the body says.
+  it.each([
+    ['malformed JSON', 'application/json', '{"broken'],
+    ['a content type nobody parses', 'application/x-whatever', 'x'.repeat(2 * 1024 * 1024)]
+  ])('answers a wrong method with %s as body with 405, without a key', async (_case, contentType, payload) => {
     app = build()
-    const res = await app.inject({ method: 'POST', url: '/v1/providers', headers: { 'content-type': 'application/json' }, payload: '{"broken' })
-    expect(res.statusCode).toBeGreaterThanOrEqual(400)
-    expect(res.json().error.code).toBe(res.statusCode)
+    const res = await app.inject({ method: 'POST', url: '/v1/providers', headers: { 'content-type': contentType }, payload })
+    expect(res.statusCode).toBe(405)
+    expect(res.json()).toEqual({ error: { code: 405, message: 'Method POST is not allowed on /v1/providers; use GET' } })
   })
 
   it('answers HEAD like GET, without a body', async () => {
@@ -65,15 +69,22 @@ describe('the error shape', () => {
   it('writes one access line per request, with method, path, status, duration and request id', async () => {
     const logs = captureLogs()
     app = build({ log: logs.log })
-    await app.inject({ url: '/v1/providers?x=1', headers: bearer(KEYS.alphaManagement) })
-    await app.inject({ url: '/v1/missing', headers: bearer(KEYS.alphaManagement) })
-    const access = logs.lines.filter((line) => line.msg === 'request completed')
-    expect(access).toHaveLength(2)
-    expect(access[0]).toMatchObject({ method: 'GET', url: '/v1/providers?x=1', statusCode: 200, level: 30 })
-    expect(typeof access[0]!.responseTime).toBe('number')
-    expect(access[0]!.reqId).toBeTruthy()
-    expect(access[1]).toMatchObject({ url: '/v1/missing', statusCode: 404 })
-    for (const line of access) expect(logs.lines.filter((other) => other.reqId === line.reqId)).toHaveLength(1)
+    const requests = [
+      { url: '/v1/providers?x=1', headers: bearer(KEYS.alphaManagement), status: 200 },
+      { url: '/v1/missing', headers: bearer(KEYS.alphaManagement), status: 404 },
+      { url: '/v1/organization/members?limit=0', headers: bearer(KEYS.alphaManagement), status: 400 },
+      { url: '/v1/providers', headers: bearer('sk-or-v1-wrong'), status: 401 },
+      { url: '/v1/providers', headers: {}, status: 401 },
+      { url: '/v1/organization/members', headers: bearer(KEYS.alphaStandard), status: 403 },
+      { url: '/v1/providers', method: 'DELETE' as const, headers: {}, status: 405 },
+      { url: '/v1/providers%', headers: {}, status: 400 }
+    ]
+    for (const { url, method, headers } of requests) await app.inject({ url, method, headers })
+    // Nothing but the access lines: one a request, whatever its outcome.
+    expect(logs.lines.map((line) => [line.url, line.statusCode, line.msg])).toEqual(requests.map((r) => [r.url, r.status, 'request completed']))
+    expect(logs.lines[0]).toMatchObject({ method: 'GET', url: '/v1/providers?x=1', statusCode: 200, level: 30 })
+    expect(typeof logs.lines[0]!.responseTime).toBe('number')
+    expect(new Set(logs.lines.map((line) => line.reqId)).size).toBe(requests.length)
   })
 
   it.each(['/v1/providers%', '/%E0%A4%A'])('answers a malformed URL %s with 400 and the error shape', async (url) => {

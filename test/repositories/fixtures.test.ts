@@ -67,6 +67,8 @@ describe('loading fixtures', () => {
       'organizations.json: [0].members[1].id: "u" duplicates [0].members[0].id'],
     ['a key stored in clear', { keys: [{ name: 'k', sha256: 'sk-or-v1-plaintext', kind: 'standard', organization_id: 'o' }] },
       'keys.json: [0].sha256: "sk-or-v1-plaintext": expected string to match'],
+    ['a duplicate key name', { keys: [{ name: 'ci', sha256: 'a'.repeat(64), kind: 'standard', organization_id: 'o' }, { name: 'ci', sha256: 'b'.repeat(64), kind: 'standard', organization_id: 'o' }] },
+      'keys.json: [1].name: "ci" duplicates [0].name'],
     ['an unknown key kind', { keys: [{ name: 'k', sha256: 'a'.repeat(64), kind: 'admin', organization_id: 'o' }] },
       'keys.json: [0].kind: "admin" is not one of "standard", "management"'],
     ['a file that is not an array', { keys: {} },

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { DirectoryRepository } from '../../repositories/directory.js'
 import { EndpointListSchema } from '../../schemas/endpoint.js'
-import { ErrorResponse, NotModifiedResponse } from '../../schemas/common.js'
+import { InternalErrorResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendList } from './json.js'
 
 const endpointRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepository }> = async (app, { repository }) => {
@@ -14,8 +14,8 @@ const endpointRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepositor
       response: {
         200: EndpointListSchema,
         304: NotModifiedResponse,
-        401: ErrorResponse(401, 'The Authorization header is missing, malformed, or carries an unknown key', 'Invalid API key'),
-        500: ErrorResponse(500, 'Unexpected server error', 'Internal Server Error')
+        401: UnauthorizedResponse('Invalid API key'),
+        500: InternalErrorResponse
       }
     }
   }, (request, reply) => {

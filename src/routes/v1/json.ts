@@ -2,9 +2,8 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { SerializedList } from '../../repositories/directory.js'
 
 /**
- * Sends a body that was validated and serialized at load. Naming the type makes Fastify send the
- * bytes as they are instead of serializing them again; the route's response schema still
- * documents them.
+ * Sends a body that was validated and serialized at load: a Buffer goes out as it is (the route's
+ * response schema only documents it), under the JSON content type.
  */
 export function sendSerialized (reply: FastifyReply, json: Buffer) {
   return reply.type('application/json; charset=utf-8').send(json)
@@ -17,16 +16,16 @@ export function sendSerialized (reply: FastifyReply, json: Buffer) {
  */
 export function sendList (request: FastifyRequest, reply: FastifyReply, list: SerializedList) {
   reply.header('etag', list.etag)
-  if (isNotModified(request.headers['if-none-match'], list.etag)) return reply.code(304).send()
+  if (isNotModified(request.headers['if-none-match'], list)) return reply.code(304).send()
   return sendSerialized(reply, list.json)
 }
 
-function isNotModified (header: string | undefined, etag: string): boolean {
+function isNotModified (header: string | undefined, { etag, weakEtag }: SerializedList): boolean {
   if (header === undefined) return false
   if (header.trim() === '*') return true
   // Weak comparison: W/"x" matches "x".
   return header.split(',').some((tag) => {
     const trimmed = tag.trim()
-    return trimmed === etag || trimmed === `W/${etag}`
+    return trimmed === etag || trimmed === weakEtag
   })
 }

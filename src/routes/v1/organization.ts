@@ -3,13 +3,14 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import createError from '@fastify/error'
 import type { DirectoryRepository } from '../../repositories/directory.js'
 import { MemberPageQuerySchema, MemberPageSchema } from '../../schemas/member.js'
-import { ErrorResponse } from '../../schemas/common.js'
+import { ErrorResponse, InternalErrorResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendSerialized } from './json.js'
 
 const OrganizationNotFound = createError('ORGANIZATION_NOT_FOUND', 'Organization %s not found', 404)
 const BadQueryParameter = createError('BAD_QUERY_PARAMETER', "Invalid query parameter '%s': %s", 400)
 
 const CANONICAL_INTEGER = /^(0|[1-9][0-9]*)$/
+const PAGING_PARAMETERS = ['offset', 'limit'] as const
 
 /**
  * Ajv coerces "1e2", "0x10", " 5", "5.0" and "" to integers; we answer those, and leading zeros
@@ -17,7 +18,7 @@ const CANONICAL_INTEGER = /^(0|[1-9][0-9]*)$/
  */
 function rejectLooseIntegers (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) {
   const query = request.query as Record<string, string | string[] | undefined>
-  for (const name of ['offset', 'limit']) {
+  for (const name of PAGING_PARAMETERS) {
     const value = query[name]
     if (Array.isArray(value)) return done(new BadQueryParameter(name, 'must be given at most once'))
     if (value !== undefined && !CANONICAL_INTEGER.test(value)) {
@@ -40,10 +41,10 @@ const organizationRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepos
       response: {
         200: MemberPageSchema,
         400: ErrorResponse(400, 'A query parameter is out of bounds, repeated, or not a plain decimal integer', "Invalid query parameter 'limit': must be <= 100"),
-        401: ErrorResponse(401, 'The Authorization header is missing, malformed, or carries an unknown key', 'Missing Authentication header: send Authorization: Bearer <key>'),
+        401: UnauthorizedResponse('Missing Authentication header: send Authorization: Bearer <key>'),
         403: ErrorResponse(403, 'The key is not a management key', 'Only management keys can perform this operation'),
         404: ErrorResponse(404, 'The organization of the management key does not exist', 'Organization org_2vQmDeleted03 not found'),
-        500: ErrorResponse(500, 'Unexpected server error', 'Internal Server Error')
+        500: InternalErrorResponse
       }
     },
     onRequest: app.requireManagementKey,

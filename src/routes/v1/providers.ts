@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { DirectoryRepository } from '../../repositories/directory.js'
 import { ProviderListSchema } from '../../schemas/provider.js'
-import { ErrorResponse, NotModifiedResponse } from '../../schemas/common.js'
+import { InternalErrorResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendList } from './json.js'
 
 const providerRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepository }> = async (app, { repository }) => {
@@ -14,8 +14,8 @@ const providerRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepositor
       response: {
         200: ProviderListSchema,
         304: NotModifiedResponse,
-        401: ErrorResponse(401, 'The Authorization header is missing, malformed, or carries an unknown key', 'Missing Authentication header: send Authorization: Bearer <key>'),
-        500: ErrorResponse(500, 'Unexpected server error', 'Internal Server Error')
+        401: UnauthorizedResponse('Missing Authentication header: send Authorization: Bearer <key>'),
+        500: InternalErrorResponse
       }
     }
   }, (request, reply) => {
