@@ -1,7 +1,7 @@
 import pino from 'pino'
 
 /**
- * stdout for the JSON log lines, written in batches of up to 16 KiB, at least every second, and at
+ * stdout for the JSON log lines, written in batches of about 16 KiB, at least every second, and at
  * exit (a normal exit, process.exit, an uncaught error; a SIGKILL or an out-of-memory kill loses at
  * most the last second). One write(2) per request line costs more than the rest of the request;
  * sonic-boom's own minLength batching measures the whole pending buffer again on every line, which
@@ -30,6 +30,7 @@ export function createLogStream (fd = 1, batchBytes = 16 * 1024) {
   return {
     write (line: string) {
       lines.push(line)
+      // Characters, not bytes: a batch size needs no exact count.
       pending += line.length
       if (pending >= batchBytes) flush()
     },

@@ -14,7 +14,8 @@ const PAGING_PARAMETERS = ['offset', 'limit'] as const
 
 /**
  * Ajv coerces "1e2", "0x10", " 5", "5.0" and "" to integers; we answer those, and leading zeros
- * (octal to some readers), with a 400 instead of guessing. Runs before the schema, which then checks the bounds and fills in the defaults.
+ * (octal to some readers), with a 400 instead of guessing. Runs before the schema, which then
+ * checks the bounds and fills in the defaults.
  */
 function rejectLooseIntegers (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) {
   const query = request.query as Record<string, string | string[] | undefined>
