@@ -3,7 +3,7 @@ import { readdir, readFile } from 'node:fs/promises'
 import { basename, join } from 'node:path'
 import { promisify } from 'node:util'
 import { parseAllDocuments } from 'yaml'
-import { Deployment } from 'kubernetes-models/apps/v1/Deployment'
+import { Deployment, type IDeployment } from 'kubernetes-models/apps/v1/Deployment'
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler'
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1/PodDisruptionBudget'
 import { Service } from 'kubernetes-models/v1/Service'
@@ -81,7 +81,7 @@ describe('the Kubernetes base (deploy/kubernetes)', () => {
   })
 
   it('catches a manifest that breaks the schema', () => {
-    const broken = structuredClone(deployment.toJSON())
+    const broken = structuredClone(deployment.toJSON()) as IDeployment
     broken.spec!.template.spec!.containers[0]!.imagePullPolicy = 'Sometimes' as never
     expect(() => new Deployment(broken).validate()).toThrow(/imagePullPolicy/)
   })
