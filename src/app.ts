@@ -2,8 +2,9 @@ import Fastify, { type FastifyServerOptions } from 'fastify'
 import type { DestinationStream } from 'pino'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { AccessLogController } from './access-log.js'
-import type { DirectoryRepository } from './repositories/directory.js'
+import type { Directory } from './repositories/directory.js'
 import errors, { clientErrorHandler, frameworkErrors } from './plugins/errors.js'
+import snapshot from './plugins/snapshot.js'
 import auth from './plugins/auth.js'
 import openapi from './plugins/openapi.js'
 import requestId, { requestIdOf } from './plugins/request-id.js'
@@ -24,7 +25,8 @@ export interface LogOptions {
 }
 
 interface AppOptions {
-  repository: DirectoryRepository
+  /** The data served; its current view is pinned on each request. */
+  directory: Directory
   /** No logging unless the caller (server.ts, a test) asks for it. */
   log?: LogOptions
 }
@@ -41,7 +43,7 @@ function loggerOptions (log: LogOptions | undefined): FastifyServerOptions['logg
 }
 
 /** Builds the application; never listens (server.ts does, tests inject). */
-export function buildApp ({ repository, log }: AppOptions) {
+export function buildApp ({ directory, log }: AppOptions) {
   const app = Fastify({
     logger: loggerOptions(log),
     logController: new AccessLogController(),
@@ -53,7 +55,7 @@ export function buildApp ({ repository, log }: AppOptions) {
     return503OnClosing: false
   }).withTypeProvider<TypeBoxTypeProvider>()
 
-  // Lists and member pages are serialized once at load, and the rest (errors, probes) are a few
+  // Lists and member pages are serialized once per data snapshot, and the rest (errors, probes) are a few
   // bytes: JSON.stringify serves those, and start-up compiles no serializer per response schema
   // (70 ms); the response schemas still document every answer.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data))
@@ -76,10 +78,11 @@ export function buildApp ({ repository, log }: AppOptions) {
   app.register(healthRoutes)
 
   app.register(async (v1) => {
-    await v1.register(auth, { findKey: repository.findKey })
-    await v1.register(providerRoutes, { repository })
-    await v1.register(endpointRoutes, { repository })
-    await v1.register(organizationRoutes, { repository })
+    await v1.register(snapshot, { directory })
+    await v1.register(auth)
+    await v1.register(providerRoutes)
+    await v1.register(endpointRoutes)
+    await v1.register(organizationRoutes)
   }, { prefix: '/v1' })
 
   // The contract is public: a reader needs no key to learn how to call us. Its routes get a scope of

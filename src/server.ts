@@ -1,16 +1,19 @@
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { loadConfig } from './config.js'
-import { loadFixtures } from './repositories/fixtures.js'
-import { createDirectoryRepository } from './repositories/directory.js'
+import { createDirectory } from './repositories/directory.js'
+import { createFileSource } from './repositories/sources/files.js'
+import type { DirectorySource } from './repositories/source.js'
 import { createLogStream } from './log-stream.js'
 
 async function main () {
   let config
+  let source: DirectorySource
   let data
   try {
     config = loadConfig()
-    data = await loadFixtures(config.FIXTURES_DIR)
+    source = createFileSource(config.FIXTURES_DIR)
+    data = await source.load()
   } catch (error) {
     // Bad configuration or data: say which and stop before listening.
     process.stderr.write(`cannot start: ${(error as Error).message}\n`)
@@ -19,22 +22,38 @@ async function main () {
 
   // JSON lines for log collectors; readable lines only when a person watches a terminal.
   const destination = process.stdout.isTTY ? undefined : createLogStream()
+  const directory = createDirectory(source.name, data)
   const app = buildApp({
-    repository: createDirectoryRepository(data),
+    directory,
     log: destination ? { level: config.LOG_LEVEL, stream: destination } : { level: config.LOG_LEVEL, pretty: true }
   })
+
+  // Changes are installed whole, or refused whole while the current data keeps serving.
+  source.watch({
+    install (next, change) {
+      directory.install(next)
+      app.log.info({ change, source: source.name, records: directory.info().records }, 'directory reloaded')
+    },
+    reject (error, change) {
+      directory.refused()
+      app.log.error({ change, source: source.name, problem: error.message }, 'change refused; the current data keeps serving')
+    }
+  })
+  // SIGHUP reloads, as it does for nginx and most daemons; it never stops the process.
+  process.on('SIGHUP', () => source.reload())
 
   // close() stops accepting connections and waits for the requests in flight: then exit 0. Past the
   // grace period close-with-grace exits 1, since requests were cut; its message goes through our
   // logger so that it is a JSON line like every other.
-  closeWithGrace({ delay: config.SHUTDOWN_GRACE_MS, logger: app.log }, async ({ signal, err }) => {
+  closeWithGrace({ delay: config.SHUTDOWN_GRACE_MS, logger: app.log, skip: ['SIGHUP'] }, async ({ signal, err }) => {
     if (err) app.log.error({ err }, 'shutting down after an error')
     else app.log.info({ signal }, 'shutting down')
+    await source.close()
     await app.close()
   })
 
   await app.listen({ host: config.HOST, port: config.PORT })
-  app.log.info({ providers: data.providers.length, endpoints: data.endpoints.length, organizations: data.organizations.length, keys: data.keys.length, fixtures: config.FIXTURES_DIR }, 'directory loaded')
+  app.log.info({ source: source.name, location: source.location, records: directory.info().records }, 'directory loaded')
   // The start-up lines are worth seeing at once, not up to a second later.
   destination?.flush()
 }

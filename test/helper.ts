@@ -1,8 +1,9 @@
 import { createHash } from 'node:crypto'
 import { Writable } from 'node:stream'
 import { buildApp, type LogOptions } from '../src/app.js'
-import { createDirectoryRepository, type DirectoryRepository } from '../src/repositories/directory.js'
-import type { DirectoryData } from '../src/repositories/fixtures.js'
+import { createDirectory, type Directory } from '../src/repositories/directory.js'
+import type { DirectoryData } from '../src/repositories/records.js'
+import type { DirectoryView } from '../src/repositories/views.js'
 import type { Provider } from '../src/schemas/provider.js'
 import type { Endpoint } from '../src/schemas/endpoint.js'
 import type { Member } from '../src/schemas/member.js'
@@ -106,7 +107,7 @@ export function captureLogs (level = 'info') {
 
 export interface BuildOptions {
   data?: DirectoryData
-  repository?: DirectoryRepository
+  directory?: Directory
   log?: LogOptions
 }
 
@@ -114,8 +115,20 @@ export interface BuildOptions {
  * The app over test data; close it in afterEach/afterAll. Every response it sends is checked
  * against the served OpenAPI document (test/conformance.ts), whatever the test looks at.
  */
-export function build ({ data = makeData(), repository = createDirectoryRepository(data), log }: BuildOptions = {}) {
-  const app = buildApp({ repository, log })
+export function build ({ data = makeData(), directory = createDirectory('test', data), log }: BuildOptions = {}) {
+  const app = buildApp({ directory, log })
   checkResponsesAgainstDocument(app)
   return app
+}
+
+/** A directory whose data layer fails on reading the lists and pages named: for the 500s. */
+export function failingDirectory (
+  data: DirectoryData = makeData(),
+  failure = new Error('the data layer failed'),
+  parts: Array<'providers' | 'zdrEndpoints' | 'memberPageJson'> = ['providers', 'zdrEndpoints', 'memberPageJson']
+): Directory {
+  const broken = () => { throw failure }
+  const directory = createDirectory('test', data)
+  const view: DirectoryView = { ...directory.current(), ...Object.fromEntries(parts.map((part) => [part, broken])) }
+  return { ...directory, current: () => view }
 }

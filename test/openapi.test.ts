@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { parse as parseYaml } from 'yaml'
-import { createDirectoryRepository, type DirectoryRepository } from '../src/repositories/directory.js'
-import { KEYS, bearer, build, makeData, makeProvider, sha256 } from './helper.js'
+import { createDirectory, type Directory } from '../src/repositories/directory.js'
+import { KEYS, bearer, build, failingDirectory, makeData, makeProvider, sha256 } from './helper.js'
 import { createConformanceChecker, createDocumentValidator, fetchServedDocument, takeConformanceFailures, type OpenApiDocument } from './conformance.js'
 
 const { text: servedText, document } = await fetchServedDocument()
@@ -150,22 +150,21 @@ describe('every documented response, provoked', () => {
   const DELETED_ORGANIZATION_KEY = 'test-deleted-organization-key'
   const data = makeData()
   data.keys.push({ name: 'deleted-organization', sha256: sha256(DELETED_ORGANIZATION_KEY), kind: 'management', organization_id: 'org_2vQmDeleted03' })
-  const broken = () => { throw new Error('the data layer failed') }
-  const failing: DirectoryRepository = { ...createDirectoryRepository(data), providers: broken, zdrEndpoints: broken, memberPageJson: broken }
+  const failing = failingDirectory(data)
 
-  const current = createDirectoryRepository(data)
-  const provocations: Record<string, Record<string, { key?: string, query?: string, ifNoneMatch?: string, repository?: DirectoryRepository }>> = {
+  const current = createDirectory('test', data).current()
+  const provocations: Record<string, Record<string, { key?: string, query?: string, ifNoneMatch?: string, directory?: Directory }>> = {
     listProviders: {
       200: { key: KEYS.alphaStandard },
       304: { key: KEYS.alphaStandard, ifNoneMatch: current.providers().etag },
       401: {},
-      500: { key: KEYS.alphaStandard, repository: failing }
+      500: { key: KEYS.alphaStandard, directory: failing }
     },
     listEndpointsZdr: {
       200: { key: KEYS.alphaStandard },
       304: { key: KEYS.alphaStandard, ifNoneMatch: current.zdrEndpoints().etag },
       401: { key: 'sk-or-v1-unknown' },
-      500: { key: KEYS.alphaStandard, repository: failing }
+      500: { key: KEYS.alphaStandard, directory: failing }
     },
     listOrganizationMembers: {
       200: { key: KEYS.alphaManagement, query: '?offset=10&limit=20' },
@@ -173,14 +172,14 @@ describe('every documented response, provoked', () => {
       401: {},
       403: { key: KEYS.alphaStandard },
       404: { key: DELETED_ORGANIZATION_KEY },
-      500: { key: KEYS.alphaManagement, repository: failing }
+      500: { key: KEYS.alphaManagement, directory: failing }
     }
   }
 
-  const apps = new Map<DirectoryRepository | undefined, ReturnType<typeof build>>()
+  const apps = new Map<Directory | undefined, ReturnType<typeof build>>()
   beforeAll(() => {
     apps.set(undefined, build({ data }))
-    apps.set(failing, build({ repository: failing }))
+    apps.set(failing, build({ directory: failing }))
   })
   afterAll(() => Promise.all([...apps.values()].map((app) => app.close())))
 
@@ -190,9 +189,9 @@ describe('every documented response, provoked', () => {
   it.each(cases)('$operation.operationId answers $status as documented', async ({ path, operation, status, response }) => {
     const provocation = provocations[operation.operationId]?.[status]
     expect(provocation, `no test provokes ${operation.operationId} ${status}: add it here`).toBeDefined()
-    const { key, query = '', ifNoneMatch, repository } = provocation!
+    const { key, query = '', ifNoneMatch, directory } = provocation!
     const headers = { ...(key ? bearer(key) : {}), ...(ifNoneMatch ? { 'if-none-match': ifNoneMatch } : {}) }
-    const res = await apps.get(repository)!.inject({ url: `${document.servers[0]!.url}${path}${query}`, headers })
+    const res = await apps.get(directory)!.inject({ url: `${document.servers[0]!.url}${path}${query}`, headers })
     expect(res.statusCode).toBe(Number(status))
     if (status === '304') return expect(res.body).toBe('')
     // Errors are deterministic: the documented example is exactly what the server says. (The

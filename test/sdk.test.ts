@@ -3,8 +3,8 @@ import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { OpenRouter } from '@openrouter/sdk'
 import { InternalServerResponseError, NotFoundResponseError, OpenRouterDefaultError, UnauthorizedResponseError } from '@openrouter/sdk/models/errors'
-import { createDirectoryRepository, type DirectoryRepository } from '../src/repositories/directory.js'
-import { KEYS, build, makeData, makeEndpoint, makeMembers, makeProvider } from './helper.js'
+import { createDirectory, type Directory } from '../src/repositories/directory.js'
+import { KEYS, build, failingDirectory, makeData, makeEndpoint, makeMembers, makeProvider } from './helper.js'
 
 /** The SDK's view of a record: the same fields, names camel-cased (`privacy_policy_url` → `privacyPolicyUrl`). */
 function camelCased (value: unknown): unknown {
@@ -40,8 +40,8 @@ const data = makeData({
 data.organizations[0]!.members = makeMembers('alpha', 345)
 data.organizations[1]!.members = makeMembers('beta', 200)
 
-async function listen (repository: DirectoryRepository) {
-  const app = build({ repository })
+async function listen (directory: Directory) {
+  const app = build({ directory })
   const address = await app.listen({ host: '127.0.0.1', port: 0 })
   return { app, serverURL: `${address}/v1` }
 }
@@ -52,7 +52,7 @@ describe('the official @openrouter/sdk client', () => {
   // Retries off: an error must surface at once, not after a back-off.
   const client = (apiKey: string, serverURL = server.serverURL) => new OpenRouter({ apiKey, serverURL, retryConfig: { strategy: 'none' } })
 
-  beforeAll(async () => { server = await listen(createDirectoryRepository(data)) })
+  beforeAll(async () => { server = await listen(createDirectory('test', data)) })
   afterAll(() => server.app.close())
 
   it('providers.list() answers every provider of the data, field by field', async () => {
@@ -125,8 +125,7 @@ describe('the official @openrouter/sdk client', () => {
   describe('when the server fails', () => {
     let failing: Awaited<ReturnType<typeof listen>>
     beforeAll(async () => {
-      const broken = () => { throw new Error('the data layer failed') }
-      failing = await listen({ ...createDirectoryRepository(data), providers: broken, zdrEndpoints: broken, memberPageJson: broken })
+      failing = await listen(failingDirectory(data))
     })
     afterAll(() => failing.app.close())
 

@@ -5,7 +5,7 @@ import { rename, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { loadConfig } from '../config.js'
-import { FIXTURE_FILES, loadFixtures } from '../repositories/fixtures.js'
+import { FIXTURE_FILES, loadFixtures } from '../repositories/sources/files.js'
 import { KEY_KINDS, type ApiKey } from '../schemas/fixtures.js'
 
 const USAGE = 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--fixtures-dir <dir>]'

@@ -4,13 +4,13 @@ import { mkdir, writeFile } from 'node:fs/promises'
 import { dirname } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { buildApp } from '../app.js'
-import { createDirectoryRepository } from '../repositories/directory.js'
+import { createDirectory } from '../repositories/directory.js'
 
 const OPENAPI_FILE = fileURLToPath(new URL('../../docs/openapi.json', import.meta.url))
 
 async function main () {
   // The document depends on the routes, not on the data: an empty directory will do.
-  const app = buildApp({ repository: createDirectoryRepository({ providers: [], endpoints: [], organizations: [], keys: [] }) })
+  const app = buildApp({ directory: createDirectory('none', { providers: [], endpoints: [], organizations: [], keys: [] }) })
   const res = await app.inject({ url: '/v1/openapi.json' })
   await app.close()
   if (res.statusCode !== 200) throw new Error(`GET /v1/openapi.json answered ${res.statusCode}: ${res.body}`)

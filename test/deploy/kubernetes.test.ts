@@ -8,7 +8,7 @@ import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/Horizo
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1/PodDisruptionBudget'
 import { Service } from 'kubernetes-models/v1/Service'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { FIXTURE_FILES, loadFixtures } from '../../src/repositories/fixtures.js'
+import { FIXTURE_FILES, loadFixtures } from '../../src/repositories/sources/files.js'
 import { BUNDLED_MANAGEMENT_KEY, startServer } from '../process.js'
 
 const BASE = 'deploy/kubernetes'

@@ -1,8 +1,7 @@
 import { connect } from 'node:net'
 import { once } from 'node:events'
 import { afterEach, describe, expect, it } from 'vitest'
-import { createDirectoryRepository } from '../../src/repositories/directory.js'
-import { KEYS, bearer, build, captureLogs, makeData } from '../helper.js'
+import { KEYS, bearer, build, captureLogs, failingDirectory, makeData } from '../helper.js'
 
 describe('the error shape', () => {
   let app: ReturnType<typeof build>
@@ -43,13 +42,9 @@ describe('the error shape', () => {
   })
 
   it('answers 500 with a generic message when the data layer fails, and logs the cause with the request id', async () => {
-    const repository = createDirectoryRepository(makeData())
     const failure = new Error('disk on fire at /var/secret/path')
     const logs = captureLogs()
-    app = build({
-      repository: { ...repository, providers: () => { throw failure }, memberPageJson: () => { throw failure } },
-      log: logs.log
-    })
+    app = build({ directory: failingDirectory(makeData(), failure, ['providers', 'memberPageJson']), log: logs.log })
     for (const url of ['/v1/providers', '/v1/organization/members']) {
       const res = await app.inject({ url, headers: bearer(KEYS.alphaManagement) })
       expect(res.statusCode).toBe(500)

@@ -1,6 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest'
-import { createDirectoryRepository } from '../../src/repositories/directory.js'
-import { KEYS, bearer, build, captureLogs, makeData } from '../helper.js'
+import { KEYS, bearer, build, captureLogs, failingDirectory } from '../helper.js'
 
 // 72 random bits per process (12 base64url characters), then a base-36 counter.
 const GENERATED = /^[A-Za-z0-9_-]{12}-[0-9a-z]+$/
@@ -26,8 +25,7 @@ describe('the request id', () => {
   })
 
   it('is on a 405 and on a 500', async () => {
-    const repository = createDirectoryRepository(makeData())
-    app = build({ repository: { ...repository, providers: () => { throw new Error('boom') } } })
+    app = build({ directory: failingDirectory() })
     const failed = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaManagement) })
     expect(failed.statusCode).toBe(500)
     expect(failed.headers['x-request-id']).toMatch(GENERATED)

@@ -1,10 +1,9 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { DirectoryRepository } from '../../repositories/directory.js'
 import { EndpointListSchema } from '../../schemas/endpoint.js'
 import { InternalErrorResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendList } from './json.js'
 
-const endpointRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepository }> = async (app, { repository }) => {
+const endpointRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/endpoints/zdr', {
     schema: {
       operationId: 'listEndpointsZdr',
@@ -19,7 +18,7 @@ const endpointRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepositor
       }
     }
   }, (request, reply) => {
-    sendList(request, reply, repository.zdrEndpoints())
+    sendList(request, reply, request.directory.zdrEndpoints())
   })
 }
 

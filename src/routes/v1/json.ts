@@ -1,8 +1,8 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { SerializedList } from '../../repositories/directory.js'
+import type { SerializedList } from '../../repositories/views.js'
 
 /**
- * Sends a body that was validated and serialized at load: a Buffer goes out as it is (the route's
+ * Sends a body that was validated and serialized when its snapshot was installed: a Buffer goes out as it is (the route's
  * response schema only documents it), under the JSON content type.
  */
 export function sendSerialized (reply: FastifyReply, json: Buffer) {

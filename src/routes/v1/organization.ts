@@ -1,7 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import createError from '@fastify/error'
-import type { DirectoryRepository } from '../../repositories/directory.js'
 import { MemberPageQuerySchema, MemberPageSchema } from '../../schemas/member.js'
 import { ErrorResponse, InternalErrorResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendSerialized } from './json.js'
@@ -29,7 +28,7 @@ function rejectLooseIntegers (request: FastifyRequest, _reply: FastifyReply, don
   done()
 }
 
-const organizationRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepository }> = async (app, { repository }) => {
+const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/organization/members', {
     schema: {
       operationId: 'listOrganizationMembers',
@@ -53,7 +52,7 @@ const organizationRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepos
   }, (request, reply) => {
     // requireManagementKey has run, so the key is set.
     const organizationId = request.apiKey!.organization_id
-    const page = repository.memberPageJson(organizationId, request.query.offset, request.query.limit)
+    const page = request.directory.memberPageJson(organizationId, request.query.offset, request.query.limit)
     if (page === undefined) throw new OrganizationNotFound(organizationId)
     sendSerialized(reply, page)
   })

@@ -1,10 +1,9 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { DirectoryRepository } from '../../repositories/directory.js'
 import { ProviderListSchema } from '../../schemas/provider.js'
 import { InternalErrorResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendList } from './json.js'
 
-const providerRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepository }> = async (app, { repository }) => {
+const providerRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/providers', {
     schema: {
       operationId: 'listProviders',
@@ -19,7 +18,7 @@ const providerRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepositor
       }
     }
   }, (request, reply) => {
-    sendList(request, reply, repository.providers())
+    sendList(request, reply, request.directory.providers())
   })
 }
 

@@ -2,9 +2,10 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { BUNDLED_FIXTURES_DIR } from '../../src/config.js'
-import { FIXTURE_FILES, loadFixtures, type DirectoryData } from '../../src/repositories/fixtures.js'
-import { makeData, makeEndpoint, makeProvider } from '../helper.js'
+import { BUNDLED_FIXTURES_DIR } from '../../../src/config.js'
+import { FIXTURE_FILES, loadFixtures } from '../../../src/repositories/sources/files.js'
+import type { DirectoryData } from '../../../src/repositories/records.js'
+import { makeData, makeEndpoint, makeProvider } from '../../helper.js'
 
 let dir: string
 beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'fixtures-')) })

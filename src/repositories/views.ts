@@ -1,0 +1,105 @@
+import { createHash } from 'node:crypto'
+import type { ApiKey } from '../schemas/fixtures.js'
+import type { Member } from '../schemas/member.js'
+import type { DirectoryData } from './records.js'
+
+/** A list serialized once, with its entity tags. */
+export interface SerializedList {
+  json: Buffer
+  /** Strong entity tag of `json`. */
+  etag: string
+  /** The same tag, weak (`W/"…"`), which If-None-Match may carry too. */
+  weakEtag: string
+}
+
+/**
+ * What the hot path reads, derived from one snapshot of records when it is installed: the bodies
+ * serialized, their tags, the key map and the member offsets. A request does no serialization and
+ * no query, and one view answers a request from its authentication to its last byte.
+ */
+export interface DirectoryView {
+  /** `{"data": Provider[]}` as JSON. */
+  providers(): SerializedList
+  /** `{"data": Endpoint[]}` as JSON. */
+  zdrEndpoints(): SerializedList
+  /** The key whose SHA-256 (lowercase hex) is given. */
+  findKey(sha256: string): ApiKey | undefined
+  /** `{"data": Member[], "total_count": n}` as JSON, or undefined when the organization does not exist. */
+  memberPageJson(organizationId: string, offset: number, limit: number): Buffer | undefined
+}
+
+// Derived parts, remembered by the identity of the records they come from. A source that changes
+// one part of the data hands over the other parts as the very same arrays and objects, so a new
+// key derives the key map again, not a million members; a part nobody holds any more is collected.
+const lists = new WeakMap<readonly unknown[], SerializedList>()
+const keyMaps = new WeakMap<readonly ApiKey[], Map<string, ApiKey>>()
+const memberPages = new WeakMap<readonly Member[], MemberPages>()
+
+function remember<K extends object, V> (cache: WeakMap<K, V>, key: K, derive: (key: K) => V): V {
+  let value = cache.get(key)
+  if (value === undefined) {
+    value = derive(key)
+    cache.set(key, value)
+  }
+  return value
+}
+
+export function deriveView (data: DirectoryData): DirectoryView {
+  const providers = remember(lists, data.providers, serializeList)
+  const zdrEndpoints = remember(lists, data.endpoints, serializeList)
+  const keysByHash = remember(keyMaps, data.keys, (keys) => new Map(keys.map((key) => [key.sha256, key])))
+  const membersByOrganization = new Map(
+    data.organizations.map((organization) => [organization.id, remember(memberPages, organization.members, serializeMembers)])
+  )
+
+  return {
+    providers: () => providers,
+    zdrEndpoints: () => zdrEndpoints,
+    findKey: (sha256) => keysByHash.get(sha256),
+    memberPageJson (organizationId, offset, limit) {
+      return membersByOrganization.get(organizationId)?.page(offset, limit)
+    }
+  }
+}
+
+interface MemberPages {
+  page(offset: number, limit: number): Buffer
+}
+
+const PAGE_START = Buffer.from('{"data":[')
+
+/**
+ * All members of an organization serialized once, comma-separated, in one buffer, with the byte
+ * offset where each ends. A page is a slice of it between two brackets: its cost does not depend
+ * on the size of the organization, and a million members are two objects for the garbage
+ * collector instead of a million strings.
+ */
+function serializeMembers (members: readonly Member[]): MemberPages {
+  const texts = members.map((member) => JSON.stringify(member))
+  const ends = new Uint32Array(texts.length)
+  const json = Buffer.allocUnsafe(texts.reduce((sum, text) => sum + Buffer.byteLength(text) + 1, 0))
+  let at = 0
+  texts.forEach((text, index) => {
+    at += json.write(text, at)
+    ends[index] = at
+    at += json.write(',', at)
+  })
+  const pageEnd = Buffer.from(`],"total_count":${members.length}}`)
+  const pastTheEnd = Buffer.concat([PAGE_START, pageEnd])
+  return {
+    page (offset: number, limit: number): Buffer {
+      if (offset >= members.length) return pastTheEnd
+      const last = Math.min(offset + limit, members.length) - 1
+      const start = offset === 0 ? 0 : ends[offset - 1]! + 1
+      return Buffer.concat([PAGE_START, json.subarray(start, ends[last]), pageEnd])
+    }
+  }
+}
+
+// The tag is a hash of the bytes: the same data gives the same tag on every replica, and a change
+// gives a new one.
+function serializeList (records: readonly unknown[]): SerializedList {
+  const json = Buffer.from(JSON.stringify({ data: records }))
+  const etag = `"${createHash('sha256').update(json).digest('base64url')}"`
+  return { json, etag, weakEtag: `W/${etag}` }
+}
