@@ -12,7 +12,7 @@
 import { execFile, execFileSync, spawn } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
 import { once } from 'node:events'
-import { closeSync, cpSync, createWriteStream, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs'
+import { closeSync, cpSync, createWriteStream, mkdtempSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs'
 import { cpus, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -187,6 +187,109 @@ async function alternate ([a, b]) {
 const fmt = (n, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits })
 const ms = (n) => `${fmt(n, 2)} ms`
 
+const poll = () => sleep(1)
+
+/** Milliseconds from `change()` until `seen()` holds, asking as fast as one request after another goes. */
+async function timeUntil (change, seen) {
+  const started = performance.now()
+  await change()
+  while (!(await seen())) await poll()
+  return performance.now() - started
+}
+
+const statusOf = async (url, key) => {
+  const res = await fetch(url, { headers: { authorization: `Bearer ${key}` } })
+  await res.arrayBuffer()
+  return res.status
+}
+
+/** Replaces a file whole, by rename, as an operator's `mv` does. */
+function replaceFile (file, text) {
+  writeFileSync(`${file}.tmp`, text)
+  renameSync(`${file}.tmp`, file)
+}
+
+/**
+ * Live data with the files source: how long a revocation takes to answer 401, how long a change
+ * takes to be served and what memory it needs, and whether requests fail while the data changes.
+ */
+async function liveDataFiles ({ print, target, small, large }) {
+  print()
+  print('## Live data: files')
+  print()
+  print('A change is written by rename; the server installs it about 100 ms (its settle time) after the')
+  print('folder says it changed. Times are from the rename to the first answer that shows the change.')
+  print()
+
+  // Revocation: 20 keys, each removed in turn; the time to the first 401.
+  const revoked = Array.from({ length: 20 }, (_, i) => ({ key: `sk-or-v1-revoke-${i}-${randomBytes(8).toString('hex')}`, name: `revoke-${i}` }))
+  const keysFile = join(small, 'keys.json')
+  const baseKeys = JSON.parse(readFileSync(keysFile, 'utf8'))
+  let keys = [...baseKeys, ...revoked.map(({ key, name }) => ({ name, sha256: sha256(key), kind: 'standard', organization_id: 'org_bench' }))]
+  replaceFile(keysFile, JSON.stringify(keys))
+  const service = await startService('live-files', small, BENCH_KEY)
+  const revocations = []
+  for (const { key, name } of revoked) {
+    keys = keys.filter((record) => record.name !== name)
+    revocations.push(await timeUntil(() => replaceFile(keysFile, JSON.stringify(keys)), async () => await statusOf(`${service.url}/v1/providers`, key) === 401))
+  }
+  const p50 = median(revocations)
+  const max = Math.max(...revocations)
+  print('| Measure | p50 | max |')
+  print('|---|---:|---:|')
+  print(`| revocation, one process, 20 keys: rename to first 401 | ${ms(p50)} | ${ms(max)} |`)
+  target('revocation with files, one process (max of 20)', '< 1 s', ms(max), max < 1000)
+
+  // Requests while the data changes ten times a second: none may fail.
+  const providersFile = join(small, 'providers.json')
+  const providers = JSON.parse(readFileSync(providersFile, 'utf8'))
+  let storming = true
+  const storm = (async () => {
+    for (let n = 0; storming; n++) {
+      replaceFile(providersFile, JSON.stringify(providers.map((p, i) => i === 0 ? { ...p, name: `${p.name} ${n}` } : p)))
+      await sleep(100)
+    }
+  })()
+  const url = `${service.url}/v1/providers`
+  const quiet = await wrk(url, { authorization: `Bearer ${BENCH_KEY}` })
+  const changing = await wrk(url, { authorization: `Bearer ${BENCH_KEY}` })
+  storming = false
+  await storm
+  print()
+  print('| GET /v1/providers, 50 connections | req/s | p99 | Failed requests |')
+  print('|---|---:|---:|---:|')
+  print(`| data unchanged | ${fmt(quiet.rps)} | ${ms(quiet.p99)} | ${quiet.errors} |`)
+  print(`| providers.json replaced 10 times a second | ${fmt(changing.rps)} | ${ms(changing.p99)} | ${changing.errors} |`)
+  target('failed requests while the data changes 10 times a second', '0', String(changing.errors), changing.errors === 0)
+  await stop(service.child)
+
+  // Reload time and memory: one member changed in the bundled data and in 1,000,000 members.
+  print()
+  print('| Data | Change served after | RSS before | Peak RSS while reloading | Peak / before |')
+  print('|---|---:|---:|---:|---:|')
+  for (const [label, dir, offset] of [['bundled lists, 100 members', small, 0], ['organization of 1,000,000 members', large, 999_999]]) {
+    const svc = await startService(`reload-${offset}`, dir, BENCH_KEY)
+    const file = join(dir, 'organizations.json')
+    const text = readFileSync(file, 'utf8')
+    const before = rssMb(svc.child.pid)
+    let peak = before
+    const sampler = setInterval(() => { peak = Math.max(peak, rssMb(svc.child.pid)) }, 5)
+    const page = `${svc.url}/v1/organization/members?offset=${offset}&limit=1`
+    const elapsed = await timeUntil(
+      () => replaceFile(file, text.replace(`"member${offset}@bench.example"`, `"renamed${offset}@bench.example"`)),
+      async () => {
+        const res = await fetch(page, { headers: { authorization: `Bearer ${BENCH_KEY}` } })
+        return (await res.text()).includes(`renamed${offset}@`)
+      })
+    await sleep(200)
+    clearInterval(sampler)
+    print(`| ${label} | ${ms(elapsed)} | ${fmt(before, 1)} MB | ${fmt(peak, 1)} MB | ${fmt(peak / before, 2)} |`)
+    if (offset > 0) target('reload of 1,000,000 members: peak RSS against steady', '<= 1.5', fmt(peak / before, 2), peak / before <= 1.5)
+    replaceFile(file, text)
+    await stop(svc.child)
+  }
+}
+
 async function main () {
   const wrkVersion = ensureWrk()
   const lines = []
@@ -287,6 +390,8 @@ async function main () {
   await Promise.all([svcSmall, svcLarge, svcKeys].map((s) => stop(s.child)))
   target('RSS with the bundled fixtures, after start and after load', '< 100 MB', `${fmt(bundled.rssAfterStart, 1)} / ${fmt(bundledRssAfterLoad, 1)} MB`, Math.max(bundled.rssAfterStart, bundledRssAfterLoad) < 100)
   target('first 200 after start, bundled fixtures', '< 1 s', `${fmt(bundled.firstAnswerMs)} ms`, bundled.firstAnswerMs < 1000)
+
+  await liveDataFiles({ print, target, small, large })
 
   print()
   print('## Targets')
