@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest'
-import { KEYS, bearer, build, makeData, makeProvider } from '../../helper.js'
+import { createDirectory } from '../../../src/repositories/directory.js'
+import { KEYS, bearer, build, makeData, makeEndpoint, makeProvider } from '../../helper.js'
 
 describe.each(['/v1/providers', '/v1/endpoints/zdr'])('conditional GET %s', (url) => {
   let app: ReturnType<typeof build>
@@ -24,6 +25,26 @@ describe.each(['/v1/providers', '/v1/endpoints/zdr'])('conditional GET %s', (url
     await app.close()
     app = build({ data: makeData({ providers: [makeProvider(42)], endpoints: [] }) })
     expect(await currentEtag()).not.toBe(before)
+  })
+
+  it('gives a list a new ETag when a change is installed, and the old tag no 304', async () => {
+    const directory = createDirectory('test', makeData())
+    app = build({ directory })
+    const before = await currentEtag()
+    directory.install(makeData({ providers: [makeProvider(42)], endpoints: [makeEndpoint(42)] }))
+    const after = await currentEtag()
+    expect(after).not.toBe(before)
+    const res = await app.inject({ url, headers: { ...bearer(KEYS.alphaStandard), 'if-none-match': before } })
+    expect(res.statusCode).toBe(200)
+  })
+
+  it('gives the same data the same ETag in another process or replica', async () => {
+    app = build({ directory: createDirectory('test', makeData()) })
+    const one = await currentEtag()
+    await app.close()
+    // Parsed again from its JSON text, as another replica would read it.
+    app = build({ directory: createDirectory('test', JSON.parse(JSON.stringify(makeData()))) })
+    expect(await currentEtag()).toBe(one)
   })
 
   it.each([
