@@ -1,0 +1,34 @@
+import { execFile } from 'node:child_process'
+import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+
+const run = promisify(execFile)
+const check = (...args: string[]) => run(process.execPath, ['dist/cli/check.js', ...args]).then(
+  ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+  (error: { code: number, stdout: string, stderr: string }) => ({ code: error.code, stdout: error.stdout, stderr: error.stderr }))
+
+describe('npm run check', () => {
+  let dir: string
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'check-'))
+    await cp('fixtures', dir, { recursive: true })
+  })
+  afterEach(() => rm(dir, { recursive: true, force: true }))
+
+  it('says a valid folder is valid, with its counts, and exits 0', async () => {
+    const { code, stdout } = await check('--fixtures-dir', dir)
+    expect(code).toBe(0)
+    expect(stdout).toBe(`${dir}: valid: 38 providers, 32 ZDR endpoints, 2 organizations, 138 members, 5 keys\n`)
+  })
+
+  it('names file, record and field of the first problem in one line, and exits 1', async () => {
+    await writeFile(join(dir, 'providers.json'), JSON.stringify([{ name: 'A', slug: 'a', privacy_policy_url: null, headquarters: 'ZZ' }]))
+    const { code, stdout, stderr } = await check('--fixtures-dir', dir)
+    expect(code).toBe(1)
+    expect(stdout).toBe('')
+    expect(stderr).toBe('invalid: providers.json: [0].headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code\n')
+  })
+})
