@@ -21,6 +21,7 @@ async function main () {
   const destination = process.stdout.isTTY ? undefined : createLogStream()
   const app = buildApp({
     repository: createDirectoryRepository(data),
+    settings: config,
     log: destination ? { level: config.LOG_LEVEL, stream: destination } : { level: config.LOG_LEVEL, pretty: true }
   })
 

@@ -108,14 +108,16 @@ export interface BuildOptions {
   data?: DirectoryData
   repository?: DirectoryRepository
   log?: LogOptions
+  /** Settings of config.ts; their defaults otherwise. */
+  settings?: Parameters<typeof buildApp>[0]['settings']
 }
 
 /**
  * The app over test data; close it in afterEach/afterAll. Every response it sends is checked
  * against the served OpenAPI document (test/conformance.ts), whatever the test looks at.
  */
-export function build ({ data = makeData(), repository = createDirectoryRepository(data), log }: BuildOptions = {}) {
-  const app = buildApp({ repository, log })
+export function build ({ data = makeData(), repository = createDirectoryRepository(data), log, settings }: BuildOptions = {}) {
+  const app = buildApp({ repository, log, settings })
   checkResponsesAgainstDocument(app)
   return app
 }

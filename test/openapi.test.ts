@@ -83,9 +83,9 @@ describe('the OpenAPI document', () => {
   it('documents 200 and each error status, errors with the shared Error schema, every response with a description and an example', () => {
     const statuses = Object.fromEntries(operations.map(({ operation }) => [operation.operationId, Object.keys(operation.responses)]))
     expect(statuses).toEqual({
-      listProviders: ['200', '304', '401', '500'],
-      listEndpointsZdr: ['200', '304', '401', '500'],
-      listOrganizationMembers: ['200', '400', '401', '403', '404', '500']
+      listProviders: ['200', '304', '401', '429', '500'],
+      listEndpointsZdr: ['200', '304', '401', '429', '500'],
+      listOrganizationMembers: ['200', '400', '401', '403', '404', '429', '500']
     })
     for (const { operation } of operations) {
       for (const [status, response] of Object.entries(operation.responses)) {
@@ -141,7 +141,7 @@ describe('the OpenAPI document', () => {
         checked++
       }
     }
-    expect(checked).toBe(16)
+    expect(checked).toBe(19)
   })
 })
 
@@ -154,17 +154,21 @@ describe('every documented response, provoked', () => {
   const failing: DirectoryRepository = { ...createDirectoryRepository(data), providers: broken, zdrEndpoints: broken, memberPageJson: broken }
 
   const current = createDirectoryRepository(data)
+  // One request a minute per key and per address: the second of a provocation is refused.
+  const limited = createDirectoryRepository(data)
   const provocations: Record<string, Record<string, { key?: string, query?: string, ifNoneMatch?: string, repository?: DirectoryRepository }>> = {
     listProviders: {
       200: { key: KEYS.alphaStandard },
       304: { key: KEYS.alphaStandard, ifNoneMatch: current.providers().etag },
       401: {},
+      429: { key: KEYS.alphaStandard, repository: limited },
       500: { key: KEYS.alphaStandard, repository: failing }
     },
     listEndpointsZdr: {
       200: { key: KEYS.alphaStandard },
       304: { key: KEYS.alphaStandard, ifNoneMatch: current.zdrEndpoints().etag },
       401: { key: 'sk-or-v1-unknown' },
+      429: { key: 'sk-or-v1-unknown', repository: limited },
       500: { key: KEYS.alphaStandard, repository: failing }
     },
     listOrganizationMembers: {
@@ -173,6 +177,7 @@ describe('every documented response, provoked', () => {
       401: {},
       403: { key: KEYS.alphaStandard },
       404: { key: DELETED_ORGANIZATION_KEY },
+      429: { key: KEYS.alphaManagement, query: '?limit=5', repository: limited },
       500: { key: KEYS.alphaManagement, repository: failing }
     }
   }
@@ -181,6 +186,7 @@ describe('every documented response, provoked', () => {
   beforeAll(() => {
     apps.set(undefined, build({ data }))
     apps.set(failing, build({ repository: failing }))
+    apps.set(limited, build({ repository: limited, settings: { RATE_LIMIT_PER_MINUTE: 1, RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1 } }))
   })
   afterAll(() => Promise.all([...apps.values()].map((app) => app.close())))
 
@@ -192,7 +198,10 @@ describe('every documented response, provoked', () => {
     expect(provocation, `no test provokes ${operation.operationId} ${status}: add it here`).toBeDefined()
     const { key, query = '', ifNoneMatch, repository } = provocation!
     const headers = { ...(key ? bearer(key) : {}), ...(ifNoneMatch ? { 'if-none-match': ifNoneMatch } : {}) }
-    const res = await apps.get(repository)!.inject({ url: `${document.servers[0]!.url}${path}${query}`, headers })
+    const request = { url: `${document.servers[0]!.url}${path}${query}`, headers }
+    // Over the limit: the same request once more.
+    if (repository === limited) await apps.get(repository)!.inject(request)
+    const res = await apps.get(repository)!.inject(request)
     expect(res.statusCode).toBe(Number(status))
     if (status === '304') return expect(res.body).toBe('')
     // Errors are deterministic: the documented example is exactly what the server says. (The

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { DirectoryRepository } from '../../repositories/directory.js'
 import { EndpointListSchema } from '../../schemas/endpoint.js'
-import { InternalErrorResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
+import { InternalErrorResponse, TooManyRequestsResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendList } from './json.js'
 
 const endpointRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepository }> = async (app, { repository }) => {
@@ -15,6 +15,7 @@ const endpointRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepositor
         200: EndpointListSchema,
         304: NotModifiedResponse,
         401: UnauthorizedResponse('Invalid API key'),
+        429: TooManyRequestsResponse,
         500: InternalErrorResponse
       }
     }

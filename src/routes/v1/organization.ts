@@ -3,8 +3,8 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import createError from '@fastify/error'
 import type { DirectoryRepository } from '../../repositories/directory.js'
 import { MemberPageQuerySchema, MemberPageSchema } from '../../schemas/member.js'
-import { ErrorResponse, InternalErrorResponse, UnauthorizedResponse } from '../../schemas/common.js'
-import { sendSerialized } from './json.js'
+import { ErrorResponse, InternalErrorResponse, TooManyRequestsResponse, UnauthorizedResponse } from '../../schemas/common.js'
+import { sendPage } from './json.js'
 
 const OrganizationNotFound = createError('ORGANIZATION_NOT_FOUND', 'Organization %s not found', 404)
 const BadQueryParameter = createError('BAD_QUERY_PARAMETER', "Invalid query parameter '%s': %s", 400)
@@ -45,6 +45,7 @@ const organizationRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepos
         401: UnauthorizedResponse('Missing Authentication header: send Authorization: Bearer <key>'),
         403: ErrorResponse(403, 'The key is not a management key', 'Only management keys can perform this operation'),
         404: ErrorResponse(404, 'The organization of the management key does not exist', 'Organization org_2vQmDeleted03 not found'),
+        429: TooManyRequestsResponse,
         500: InternalErrorResponse
       }
     },
@@ -55,7 +56,7 @@ const organizationRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepos
     const organizationId = request.apiKey!.organization_id
     const page = repository.memberPageJson(organizationId, request.query.offset, request.query.limit)
     if (page === undefined) throw new OrganizationNotFound(organizationId)
-    sendSerialized(reply, page)
+    sendPage(request, reply, page)
   })
 }
 

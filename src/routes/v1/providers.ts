@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { DirectoryRepository } from '../../repositories/directory.js'
 import { ProviderListSchema } from '../../schemas/provider.js'
-import { InternalErrorResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
+import { InternalErrorResponse, TooManyRequestsResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendList } from './json.js'
 
 const providerRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepository }> = async (app, { repository }) => {
@@ -15,6 +15,7 @@ const providerRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepositor
         200: ProviderListSchema,
         304: NotModifiedResponse,
         401: UnauthorizedResponse('Missing Authentication header: send Authorization: Bearer <key>'),
+        429: TooManyRequestsResponse,
         500: InternalErrorResponse
       }
     }
