@@ -22,7 +22,7 @@ interface Metrics {
 }
 
 /** The route label of a request that matched no route: never the raw URL, which anyone can vary. */
-export const UNMATCHED_ROUTE = 'unmatched'
+const UNMATCHED_ROUTE = 'unmatched'
 
 // Most answers take tens to hundreds of microseconds: the buckets start at 50 µs.
 const DURATION_BUCKETS = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1]

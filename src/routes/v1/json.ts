@@ -6,7 +6,7 @@ import type { ListCoding, Representation, SerializedList } from '../../repositor
  * Sends a body that was validated and serialized at load: a Buffer goes out as it is (the route's
  * response schema only documents it), under the JSON content type.
  */
-export function sendSerialized (reply: FastifyReply, json: Buffer) {
+function sendSerialized (reply: FastifyReply, json: Buffer) {
   return reply.type('application/json; charset=utf-8').send(json)
 }
 
