@@ -2,6 +2,7 @@ import Fastify, { type FastifyServerOptions } from 'fastify'
 import type { DestinationStream } from 'pino'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { AccessLogController } from './access-log.js'
+import { corsOrigins, loadConfig, type Config } from './config.js'
 import type { Directory } from './repositories/directory.js'
 import errors, { clientErrorHandler, frameworkErrors } from './plugins/errors.js'
 import snapshot from './plugins/snapshot.js'
@@ -9,7 +10,11 @@ import auth from './plugins/auth.js'
 import openapi from './plugins/openapi.js'
 import requestId, { requestIdOf } from './plugins/request-id.js'
 import shutdown from './plugins/shutdown.js'
+import metrics from './plugins/metrics.js'
+import rateLimit from './plugins/rate-limit.js'
+import cors from './plugins/cors.js'
 import healthRoutes from './routes/health.js'
+import metricsRoutes from './routes/metrics.js'
 import providerRoutes from './routes/v1/providers.js'
 import endpointRoutes from './routes/v1/endpoints.js'
 import organizationRoutes from './routes/v1/organization.js'
@@ -24,11 +29,15 @@ export interface LogOptions {
   pretty?: boolean
 }
 
+type AppSettings = Pick<Config, 'METRICS' | 'RATE_LIMIT_PER_MINUTE' | 'RATE_LIMIT_ANONYMOUS_PER_MINUTE' | 'REDIS_URL' | 'TRUST_PROXY' | 'CORS_ORIGINS'>
+
 interface AppOptions {
   /** The data served; its current view is pinned on each request. */
   directory: Directory
   /** No logging unless the caller (server.ts, a test) asks for it. */
   log?: LogOptions
+  /** The defaults of config.ts for those not given. */
+  settings?: Partial<AppSettings>
 }
 
 function loggerOptions (log: LogOptions | undefined): FastifyServerOptions['logger'] {
@@ -42,8 +51,16 @@ function loggerOptions (log: LogOptions | undefined): FastifyServerOptions['logg
   }
 }
 
+/** A number of hops (Fastify's types lack that form, which a function gives), or addresses and ranges. */
+function trustProxy (setting: string) {
+  if (!/^[0-9]+$/.test(setting)) return setting
+  const hops = Number(setting)
+  return (_address: string, hop: number) => hop < hops
+}
+
 /** Builds the application; never listens (server.ts does, tests inject). */
-export function buildApp ({ directory, log }: AppOptions) {
+export function buildApp ({ directory, log, settings }: AppOptions) {
+  const config: AppSettings = { ...loadConfig({}), ...settings }
   const app = Fastify({
     logger: loggerOptions(log),
     logController: new AccessLogController(),
@@ -52,7 +69,10 @@ export function buildApp ({ directory, log }: AppOptions) {
     genReqId: requestIdOf,
     // While closing, Fastify would answer requests on open connections with a 503 of its own shape;
     // they are served as usual instead (with `Connection: close`), and /ready tells the balancer.
-    return503OnClosing: false
+    return503OnClosing: false,
+    // request.ip, which the per-address rate limit counts by: the connection's address unless told
+    // which proxies in front may name the client (X-Forwarded-For).
+    ...(config.TRUST_PROXY ? { trustProxy: trustProxy(config.TRUST_PROXY) } : {})
   }).withTypeProvider<TypeBoxTypeProvider>()
 
   // Lists and member pages are serialized once per data snapshot, and the rest (errors, probes) are a few
@@ -73,12 +93,24 @@ export function buildApp ({ directory, log }: AppOptions) {
   app.register(openapi)
   app.register(requestId)
   app.register(shutdown)
+  // First of the hooks that measure, so that the time of the others counts.
+  app.register(metrics, { enabled: config.METRICS, directory })
+  const origins = corsOrigins(config)
+  if (origins.length > 0) app.register(cors, { origins })
 
-  // Outside /v1, so outside its authentication.
+  // Outside /v1, so outside its authentication (and its rate limits).
   app.register(healthRoutes)
+  if (config.METRICS) app.register(metricsRoutes)
 
   app.register(async (v1) => {
     await v1.register(snapshot, { directory })
+    // Before auth: the per-address limit is checked before a key is hashed; the per-key one runs
+    // once auth has found the key.
+    await v1.register(rateLimit, {
+      perMinute: config.RATE_LIMIT_PER_MINUTE,
+      anonymousPerMinute: config.RATE_LIMIT_ANONYMOUS_PER_MINUTE,
+      redisUrl: config.REDIS_URL
+    })
     await v1.register(auth)
     await v1.register(providerRoutes)
     await v1.register(endpointRoutes)

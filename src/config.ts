@@ -14,10 +14,33 @@ const ConfigSchema = Type.Object({
   PORT: Type.Integer({ default: 3000, minimum: 0, maximum: 65535 }),
   LOG_LEVEL: Type.Union(LOG_LEVELS.map((level) => Type.Literal(level)), { default: 'info' }),
   FIXTURES_DIR: Type.String({ default: BUNDLED_FIXTURES_DIR, minLength: 1 }),
-  SHUTDOWN_GRACE_MS: Type.Integer({ default: 10000, minimum: 0, description: 'How long in-flight requests may run after SIGTERM' })
+  SHUTDOWN_GRACE_MS: Type.Integer({ default: 10000, minimum: 0, description: 'How long in-flight requests may run after SIGTERM' }),
+  METRICS: Type.Boolean({ default: true, description: 'Serve GET /metrics and measure every request' }),
+  // Per key and per client address; 0 turns that limit off. High enough that a test suite never
+  // meets them, low enough to stop a runaway loop from starving the other clients.
+  RATE_LIMIT_PER_MINUTE: Type.Integer({ default: 6000, minimum: 0, description: 'Requests a minute per key' }),
+  RATE_LIMIT_ANONYMOUS_PER_MINUTE: Type.Integer({ default: 600, minimum: 0, description: 'Requests without a valid key a minute per client address' }),
+  REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://', description: 'Shares the rate-limit counters between replicas' })),
+  // Whom to believe about the client's address (X-Forwarded-For): a number of proxy hops, or their
+  // addresses and CIDR ranges; unset, the address of the connection.
+  TRUST_PROXY: Type.Optional(Type.String({ pattern: '^([0-9]+|[0-9A-Fa-f.:/]+(,\\s*[0-9A-Fa-f.:/]+)*)$' })),
+  // Browser origins allowed to call the API, or * for any.
+  CORS_ORIGINS: Type.String({ default: '', pattern: '^(\\*|(https?://[A-Za-z0-9.-]+(:[0-9]+)?(,\\s*https?://[A-Za-z0-9.-]+(:[0-9]+)?)*)?)$' })
 })
 
-type Config = Static<typeof ConfigSchema>
+export type Config = Static<typeof ConfigSchema>
+
+function parse (type: unknown, text: string): unknown {
+  // Only whole decimal numbers become integers ("3.5" must not quietly become 3).
+  if (type === 'integer' && /^-?[0-9]+$/.test(text)) return Number(text)
+  if (type === 'boolean' && (text === 'true' || text === 'false')) return text === 'true'
+  return text
+}
+
+/** `CORS_ORIGINS` as a list; empty when no origin may call. */
+export function corsOrigins ({ CORS_ORIGINS }: Pick<Config, 'CORS_ORIGINS'>): string[] {
+  return CORS_ORIGINS.split(',').map((origin) => origin.trim()).filter(Boolean)
+}
 
 /**
  * Reads the settings from the environment (an empty variable counts as unset); throws with a
@@ -29,8 +52,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
     Object.entries(ConfigSchema.properties).flatMap(([name, schema]) => {
       const text = env[name]
       if (!text) return []
-      // Only whole decimal numbers become integers ("3.5" must not quietly become 3).
-      return [[name, schema.type === 'integer' && /^-?[0-9]+$/.test(text) ? Number(text) : text]]
+      return [[name, parse(schema.type, text)]]
     })
   )
   const config = Value.Default(ConfigSchema, given)

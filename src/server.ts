@@ -25,6 +25,7 @@ async function main () {
   const directory = createDirectory(source.name, data)
   const app = buildApp({
     directory,
+    settings: config,
     log: destination ? { level: config.LOG_LEVEL, stream: destination } : { level: config.LOG_LEVEL, pretty: true }
   })
 

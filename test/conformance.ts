@@ -1,3 +1,4 @@
+import { brotliDecompressSync, gunzipSync } from 'node:zlib'
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from '../src/app.js'
@@ -139,10 +140,17 @@ export function checkResponsesAgainstDocument (app: FastifyInstance) {
       route: request.routeOptions.url,
       statusCode: reply.statusCode,
       contentType: reply.getHeader('content-type')?.toString(),
-      body: typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : undefined
+      body: typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? decode(payload, reply.getHeader('content-encoding')).toString('utf8') : undefined
     }))
     return payload
   })
+}
+
+/** The body as the client reads it once it has undone the content coding. */
+function decode (body: Buffer, coding: unknown): Buffer {
+  if (coding === 'gzip') return gunzipSync(body)
+  if (coding === 'br') return brotliDecompressSync(body)
+  return body
 }
 
 /** The problems found since the last call, removed from the list. */

@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs'
 import { mkdir } from 'node:fs/promises'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { chromium, type Browser } from 'playwright-core'
-import { build } from './helper.js'
+import { KEYS, build } from './helper.js'
 
 describe('the reference page at /docs', () => {
   let app: ReturnType<typeof build>
@@ -20,6 +20,22 @@ describe('the reference page at /docs', () => {
       expect((await app.inject({ url: asset })).statusCode, asset).toBe(200)
     }
     expect((await app.inject({ url: '/docs/json' })).json()).toEqual((await app.inject({ url: '/v1/openapi.json' })).json())
+  })
+
+  it('carries a Content-Security-Policy that allows this server only, and no inline script', async () => {
+    app = build()
+    for (const url of ['/docs', '/docs/static/swagger-initializer.js']) {
+      const policy = String((await app.inject({ url })).headers['content-security-policy'])
+      const directives = Object.fromEntries(policy.split(';').map((part) => part.trim()).filter(Boolean).map((part) => {
+        const [name = '', ...values] = part.split(/\s+/)
+        return [name, values.join(' ')]
+      }))
+      expect(directives, url).toMatchObject({ 'default-src': "'self'", 'script-src': "'self'", 'connect-src': "'self'", 'object-src': "'none'", 'frame-ancestors': "'self'" })
+      expect(directives['style-src'], 'styles from this server, and the <style> elements Swagger UI adds').toBe("'self' 'unsafe-inline'")
+      expect(policy.replace(directives['style-src']!, '')).not.toMatch(/unsafe|https:|upgrade-insecure-requests/)
+    }
+    // The API itself is JSON, no page: it carries none.
+    expect((await app.inject({ url: '/v1/openapi.json' })).headers['content-security-policy']).toBeUndefined()
   })
 })
 
@@ -50,11 +66,19 @@ describe('the reference page at /docs, in a real browser', () => {
       outside.push(url)
       return route.abort()
     })
+    // Anything the page's Content-Security-Policy blocks is reported here.
+    await context.addInitScript(() => {
+      const seen: string[] = []
+      ;(window as unknown as { cspViolations: string[] }).cspViolations = seen
+      document.addEventListener('securitypolicyviolation', (event) => seen.push(`${event.violatedDirective} ${event.blockedURI}`))
+    })
     const page = await context.newPage()
     const pageErrors: string[] = []
     page.on('pageerror', (error) => pageErrors.push(error.message))
+    page.on('console', (message) => { if (message.type() === 'error') pageErrors.push(message.text()) })
 
-    await page.goto(`${origin}/docs`)
+    const response = await page.goto(`${origin}/docs`)
+    expect(await response?.headerValue('content-security-policy')).toContain("default-src 'self'")
     const operations = page.locator('.opblock')
     await operations.nth(2).waitFor()
     expect(await operations.count()).toBe(3)
@@ -69,8 +93,19 @@ describe('the reference page at /docs, in a real browser', () => {
     const members = page.locator('#operations-Organization-listOrganizationMembers')
     await members.locator('.parameters').waitFor()
     expect(await members.locator('.parameter__name').allTextContents()).toEqual(['offset', 'limit'])
-    expect(await members.locator('.responses-table tbody .response-col_status').allTextContents()).toEqual(['200', '400', '401', '403', '404', '500'])
+    expect(await members.locator('.responses-table tbody .response-col_status').allTextContents()).toEqual(['200', '400', '401', '403', '404', '429', '500'])
 
+    // "Try it out" with a key: the call is allowed by connect-src and answers.
+    await page.locator('.authorize').click()
+    await page.locator('.modal-ux input').fill(KEYS.alphaManagement)
+    await page.locator('.modal-ux .auth-btn-wrapper .authorize').click()
+    await page.locator('.modal-ux .btn-done').click()
+    await members.locator('.try-out__btn').click()
+    await members.locator('.execute').click()
+    await members.locator('.live-responses-table tbody .response-col_status').first().waitFor()
+    expect((await members.locator('.live-responses-table tbody .response-col_status').first().textContent())?.trim()).toBe('200')
+
+    expect(await page.evaluate(() => (window as unknown as { cspViolations: string[] }).cspViolations)).toEqual([])
     await mkdir('reports', { recursive: true })
     await page.screenshot({ path: 'reports/docs.png', fullPage: true })
     await context.close()

@@ -109,14 +109,16 @@ export interface BuildOptions {
   data?: DirectoryData
   directory?: Directory
   log?: LogOptions
+  /** Settings of config.ts; their defaults otherwise. */
+  settings?: Parameters<typeof buildApp>[0]['settings']
 }
 
 /**
  * The app over test data; close it in afterEach/afterAll. Every response it sends is checked
  * against the served OpenAPI document (test/conformance.ts), whatever the test looks at.
  */
-export function build ({ data = makeData(), directory = createDirectory('test', data), log }: BuildOptions = {}) {
-  const app = buildApp({ directory, log })
+export function build ({ data = makeData(), directory = createDirectory('test', data), log, settings }: BuildOptions = {}) {
+  const app = buildApp({ directory, log, settings })
   checkResponsesAgainstDocument(app)
   return app
 }

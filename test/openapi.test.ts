@@ -83,9 +83,9 @@ describe('the OpenAPI document', () => {
   it('documents 200 and each error status, errors with the shared Error schema, every response with a description and an example', () => {
     const statuses = Object.fromEntries(operations.map(({ operation }) => [operation.operationId, Object.keys(operation.responses)]))
     expect(statuses).toEqual({
-      listProviders: ['200', '304', '401', '500'],
-      listEndpointsZdr: ['200', '304', '401', '500'],
-      listOrganizationMembers: ['200', '400', '401', '403', '404', '500']
+      listProviders: ['200', '304', '401', '429', '500'],
+      listEndpointsZdr: ['200', '304', '401', '429', '500'],
+      listOrganizationMembers: ['200', '400', '401', '403', '404', '429', '500']
     })
     for (const { operation } of operations) {
       for (const [status, response] of Object.entries(operation.responses)) {
@@ -141,7 +141,7 @@ describe('the OpenAPI document', () => {
         checked++
       }
     }
-    expect(checked).toBe(16)
+    expect(checked).toBe(19)
   })
 })
 
@@ -153,17 +153,21 @@ describe('every documented response, provoked', () => {
   const failing = failingDirectory(data)
 
   const current = createDirectory('test', data).current()
+  // One request a minute per key and per address: the second of a provocation is refused.
+  const limited = createDirectory('test', data)
   const provocations: Record<string, Record<string, { key?: string, query?: string, ifNoneMatch?: string, directory?: Directory }>> = {
     listProviders: {
       200: { key: KEYS.alphaStandard },
       304: { key: KEYS.alphaStandard, ifNoneMatch: current.providers().etag },
       401: {},
+      429: { key: KEYS.alphaStandard, directory: limited },
       500: { key: KEYS.alphaStandard, directory: failing }
     },
     listEndpointsZdr: {
       200: { key: KEYS.alphaStandard },
       304: { key: KEYS.alphaStandard, ifNoneMatch: current.zdrEndpoints().etag },
       401: { key: 'sk-or-v1-unknown' },
+      429: { key: 'sk-or-v1-unknown', directory: limited },
       500: { key: KEYS.alphaStandard, directory: failing }
     },
     listOrganizationMembers: {
@@ -172,6 +176,7 @@ describe('every documented response, provoked', () => {
       401: {},
       403: { key: KEYS.alphaStandard },
       404: { key: DELETED_ORGANIZATION_KEY },
+      429: { key: KEYS.alphaManagement, query: '?limit=5', directory: limited },
       500: { key: KEYS.alphaManagement, directory: failing }
     }
   }
@@ -180,6 +185,7 @@ describe('every documented response, provoked', () => {
   beforeAll(() => {
     apps.set(undefined, build({ data }))
     apps.set(failing, build({ directory: failing }))
+    apps.set(limited, build({ directory: limited, settings: { RATE_LIMIT_PER_MINUTE: 1, RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1 } }))
   })
   afterAll(() => Promise.all([...apps.values()].map((app) => app.close())))
 
@@ -191,7 +197,10 @@ describe('every documented response, provoked', () => {
     expect(provocation, `no test provokes ${operation.operationId} ${status}: add it here`).toBeDefined()
     const { key, query = '', ifNoneMatch, directory } = provocation!
     const headers = { ...(key ? bearer(key) : {}), ...(ifNoneMatch ? { 'if-none-match': ifNoneMatch } : {}) }
-    const res = await apps.get(directory)!.inject({ url: `${document.servers[0]!.url}${path}${query}`, headers })
+    const request = { url: `${document.servers[0]!.url}${path}${query}`, headers }
+    // Over the limit: the same request once more.
+    if (directory === limited) await apps.get(directory)!.inject(request)
+    const res = await apps.get(directory)!.inject(request)
     expect(res.statusCode).toBe(Number(status))
     if (status === '304') return expect(res.body).toBe('')
     // Errors are deterministic: the documented example is exactly what the server says. (The

@@ -65,7 +65,13 @@ describe('refusing to start', () => {
     [{ PORT: '3.5' }, 'PORT'],
     [{ HOST: 'local host' }, 'HOST'],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'],
-    [{ SHUTDOWN_GRACE_MS: '-5' }, 'SHUTDOWN_GRACE_MS']
+    [{ SHUTDOWN_GRACE_MS: '-5' }, 'SHUTDOWN_GRACE_MS'],
+    [{ METRICS: 'no' }, 'METRICS'],
+    [{ RATE_LIMIT_PER_MINUTE: '-1' }, 'RATE_LIMIT_PER_MINUTE'],
+    [{ RATE_LIMIT_ANONYMOUS_PER_MINUTE: 'lots' }, 'RATE_LIMIT_ANONYMOUS_PER_MINUTE'],
+    [{ REDIS_URL: 'localhost:6379' }, 'REDIS_URL'],
+    [{ TRUST_PROXY: 'yes' }, 'TRUST_PROXY'],
+    [{ CORS_ORIGINS: 'dash.example' }, 'CORS_ORIGINS']
   ])('stops on a bad setting %o, naming it', async (env, name) => {
     const { code, output } = await failToStart(env)
     expect(code).toBe(1)

@@ -1,15 +1,29 @@
 import { createHash } from 'node:crypto'
+import { brotliCompressSync, constants as zlib, gzipSync } from 'node:zlib'
 import type { ApiKey } from '../schemas/fixtures.js'
 import type { Member } from '../schemas/member.js'
 import type { DirectoryData } from './records.js'
 
-/** A list serialized once, with its entity tags. */
+/** The content codings a list is kept in, each body compressed once. */
+export type ListCoding = 'identity' | 'gzip' | 'br'
+
+/** A body in one content coding, with its entity tags. */
+export interface Representation {
+  body: Buffer
+  /** Strong entity tag of `body`: each coding has its own, since their bytes differ (RFC 9110, 8.8.3). */
+  etag: string
+  /** The same tag, weak (`W/"…"`), which If-None-Match may carry too. */
+  weakEtag: string
+}
+
+/** A list serialized once, with its entity tags, and compressed once in each coding. */
 export interface SerializedList {
   json: Buffer
   /** Strong entity tag of `json`. */
   etag: string
   /** The same tag, weak (`W/"…"`), which If-None-Match may carry too. */
   weakEtag: string
+  representations: Record<ListCoding, Representation>
 }
 
 /**
@@ -96,10 +110,23 @@ function serializeMembers (members: readonly Member[]): MemberPages {
   }
 }
 
-// The tag is a hash of the bytes: the same data gives the same tag on every replica, and a change
-// gives a new one.
+function representation (body: Buffer): Representation {
+  const etag = `"${createHash('sha256').update(body).digest('base64url')}"`
+  return { body, etag, weakEtag: `W/${etag}` }
+}
+
+/**
+ * The list as JSON, and compressed at the levels that pay once per data snapshot: gzip 9, brotli 10
+ * (brotli 11 saves 3 % more of the bundled endpoints for 3.5 times the time, 21 ms instead of 6).
+ * Each coding's tag is the hash of its own bytes: the same data gives the same tag on every
+ * replica, a change gives a new one, and a tag never names two different bodies.
+ */
 function serializeList (records: readonly unknown[]): SerializedList {
   const json = Buffer.from(JSON.stringify({ data: records }))
-  const etag = `"${createHash('sha256').update(json).digest('base64url')}"`
-  return { json, etag, weakEtag: `W/${etag}` }
+  const identity = representation(json)
+  const gzip = representation(gzipSync(json, { level: 9 }))
+  const br = representation(brotliCompressSync(json, {
+    params: { [zlib.BROTLI_PARAM_QUALITY]: 10, [zlib.BROTLI_PARAM_MODE]: zlib.BROTLI_MODE_TEXT, [zlib.BROTLI_PARAM_SIZE_HINT]: json.length }
+  }))
+  return { json, etag: identity.etag, weakEtag: identity.weakEtag, representations: { identity, gzip, br } }
 }

@@ -47,5 +47,14 @@ export const NotModifiedResponse = Type.Null({
 export const UnauthorizedResponse = (exampleMessage: string) =>
   ErrorResponse(401, 'The Authorization header is missing, malformed, or carries an unknown key', exampleMessage)
 
+/** 429 on every operation, with OpenRouter's body; `Retry-After` says in how many seconds to try again. */
+export const TooManyRequestsResponse = Type.Unsafe<ErrorBody>({
+  allOf: [Type.Ref(ERROR_SCHEMA_ID)],
+  description: 'Too many requests this minute for the key (or, without a valid key, for the client address). ' +
+    'Retry-After gives the seconds until the window resets; X-RateLimit-Limit, X-RateLimit-Remaining and ' +
+    'X-RateLimit-Reset come with every answer of the operation.',
+  examples: [{ error: { code: 429, message: 'Rate limit exceeded', metadata: { error_type: 'rate_limit_exceeded' } } }]
+})
+
 /** 500 on every operation. */
 export const InternalErrorResponse = ErrorResponse(500, 'Unexpected server error', 'Internal Server Error')

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { EndpointListSchema } from '../../schemas/endpoint.js'
-import { InternalErrorResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
+import { InternalErrorResponse, TooManyRequestsResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendList } from './json.js'
 
 const endpointRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -14,6 +14,7 @@ const endpointRoutes: FastifyPluginAsyncTypebox = async (app) => {
         200: EndpointListSchema,
         304: NotModifiedResponse,
         401: UnauthorizedResponse('Invalid API key'),
+        429: TooManyRequestsResponse,
         500: InternalErrorResponse
       }
     }

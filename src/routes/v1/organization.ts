@@ -2,8 +2,8 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import createError from '@fastify/error'
 import { MemberPageQuerySchema, MemberPageSchema } from '../../schemas/member.js'
-import { ErrorResponse, InternalErrorResponse, UnauthorizedResponse } from '../../schemas/common.js'
-import { sendSerialized } from './json.js'
+import { ErrorResponse, InternalErrorResponse, TooManyRequestsResponse, UnauthorizedResponse } from '../../schemas/common.js'
+import { sendPage } from './json.js'
 
 const OrganizationNotFound = createError('ORGANIZATION_NOT_FOUND', 'Organization %s not found', 404)
 const BadQueryParameter = createError('BAD_QUERY_PARAMETER', "Invalid query parameter '%s': %s", 400)
@@ -44,6 +44,7 @@ const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
         401: UnauthorizedResponse('Missing Authentication header: send Authorization: Bearer <key>'),
         403: ErrorResponse(403, 'The key is not a management key', 'Only management keys can perform this operation'),
         404: ErrorResponse(404, 'The organization of the management key does not exist', 'Organization org_2vQmDeleted03 not found'),
+        429: TooManyRequestsResponse,
         500: InternalErrorResponse
       }
     },
@@ -54,7 +55,7 @@ const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const organizationId = request.apiKey!.organization_id
     const page = request.directory.memberPageJson(organizationId, request.query.offset, request.query.limit)
     if (page === undefined) throw new OrganizationNotFound(organizationId)
-    sendSerialized(reply, page)
+    sendPage(request, reply, page)
   })
 }
 

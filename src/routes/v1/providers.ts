@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { ProviderListSchema } from '../../schemas/provider.js'
-import { InternalErrorResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
+import { InternalErrorResponse, TooManyRequestsResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendList } from './json.js'
 
 const providerRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -14,6 +14,7 @@ const providerRoutes: FastifyPluginAsyncTypebox = async (app) => {
         200: ProviderListSchema,
         304: NotModifiedResponse,
         401: UnauthorizedResponse('Missing Authentication header: send Authorization: Bearer <key>'),
+        429: TooManyRequestsResponse,
         500: InternalErrorResponse
       }
     }

@@ -1,0 +1,165 @@
+import fp from 'fastify-plugin'
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { Directory } from '../repositories/directory.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The app's Prometheus instruments; other plugins add theirs to `registry`. */
+    metrics: Metrics
+  }
+  interface FastifyRequest {
+    /** Counted in flight by this plugin's onRequest hook (answers Fastify makes before any hook are not). */
+    inFlight: boolean
+  }
+}
+
+interface Metrics {
+  registry: Registry
+  /** The Prometheus text of the process's metrics, then the app's. */
+  render(): Promise<string>
+  rateLimitRefusals: Counter<'bucket'>
+  rateLimitStoreErrors: Counter
+}
+
+/** The route label of a request that matched no route: never the raw URL, which anyone can vary. */
+const UNMATCHED_ROUTE = 'unmatched'
+
+// Most answers take tens to hundreds of microseconds: the buckets start at 50 µs.
+const DURATION_BUCKETS = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1]
+
+// CPU, memory, event-loop delay, garbage collection: facts of the process, not of one app. They are
+// collected once per process (each collector starts a monitor that nothing stops), whatever number
+// of apps a process builds (tests build hundreds).
+let processRegistry: Registry | undefined
+function processMetrics () {
+  if (processRegistry === undefined) {
+    processRegistry = new Registry()
+    collectDefaultMetrics({ register: processRegistry })
+  }
+  return processRegistry
+}
+
+interface Series {
+  requests: Counter.Internal
+  duration: Histogram.Internal<'method' | 'route' | 'status'>
+  byClass: Counter.Internal
+}
+
+/**
+ * Prometheus metrics (prom-client, without fastify-metrics: two hooks of our own cost less per
+ * request than its per-route timers, and need no Node.js 22.19). Instruments are always created, so
+ * that other plugins can count without asking; with `enabled` false nothing is measured per request.
+ */
+async function metricsPlugin (app: FastifyInstance, { enabled, directory }: { enabled: boolean, directory: Directory }) {
+  const registry = new Registry()
+  snapshotMetrics(registry, directory)
+  const rateLimitRefusals = new Counter({
+    name: 'rate_limit_refusals_total',
+    help: 'Requests refused with 429, by bucket: key (a valid key over its limit) or address (requests without a valid key)',
+    labelNames: ['bucket'] as const,
+    registers: [registry]
+  })
+  const rateLimitStoreErrors = new Counter({
+    name: 'rate_limit_store_errors_total',
+    help: 'Requests served without a rate-limit check because the shared counter store (Redis) failed',
+    registers: [registry]
+  })
+  app.decorate('metrics', {
+    registry,
+    async render () {
+      return `${await processMetrics().metrics()}\n${await registry.metrics()}`
+    },
+    rateLimitRefusals,
+    rateLimitStoreErrors
+  })
+  if (!enabled) return
+
+  const labelNames = ['method', 'route', 'status'] as const
+  const requests = new Counter({ name: 'http_requests_total', help: 'Answered requests', labelNames, registers: [registry] })
+  const duration = new Histogram({
+    name: 'http_request_duration_seconds',
+    help: 'Time from the request to its answer, in seconds',
+    labelNames,
+    buckets: DURATION_BUCKETS,
+    registers: [registry]
+  })
+  const byClass = new Counter({ name: 'http_responses_total', help: 'Answers by status class (2xx, 3xx, 4xx, 5xx)', labelNames: ['class'] as const, registers: [registry] })
+  let inFlight = 0
+  new Gauge({
+    name: 'http_requests_in_flight',
+    help: 'Requests received and not yet answered',
+    registers: [registry],
+    collect () { this.set(inFlight) }
+  })
+
+  // prom-client finds a series by hashing its labels on every call; the handful of combinations that
+  // occur are looked up once and kept.
+  const series = new Map<string, Series>()
+  function seriesOf (method: string, route: string, status: number): Series {
+    const id = `${method} ${route} ${status}`
+    let found = series.get(id)
+    if (found === undefined) {
+      const labels = { method, route, status: String(status) }
+      found = { requests: requests.labels(labels), duration: duration.labels(labels), byClass: byClass.labels({ class: `${Math.floor(status / 100)}xx` }) }
+      series.set(id, found)
+    }
+    return found
+  }
+
+  app.decorateRequest('inFlight', false)
+  app.addHook('onRequest', (request: FastifyRequest, _reply: FastifyReply, done: () => void) => {
+    request.inFlight = true
+    inFlight++
+    done()
+  })
+  app.addHook('onResponse', (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
+    if (request.inFlight) inFlight--
+    // The route's template with its prefix (`/v1/organization/members`), never the URL itself.
+    const found = seriesOf(request.method, request.routeOptions.url ?? UNMATCHED_ROUTE, reply.statusCode)
+    found.requests.inc()
+    found.duration.observe(reply.elapsedTime / 1000)
+    found.byClass.inc()
+    done()
+  })
+}
+
+/** The data served, read from the directory when Prometheus scrapes: nothing to do per request or per reload. */
+function snapshotMetrics (registry: Registry, directory: Directory) {
+  new Gauge({
+    name: 'directory_snapshot_info',
+    help: 'The source of the data served (files or postgres), always 1',
+    labelNames: ['source'] as const,
+    registers: [registry],
+    collect () { this.reset(); this.set({ source: directory.info().source }, 1) }
+  })
+  new Gauge({
+    name: 'directory_snapshot_loaded_timestamp_seconds',
+    help: 'When the data served was installed, in seconds since the epoch',
+    registers: [registry],
+    collect () { this.set(directory.info().loadedAt / 1000) }
+  })
+  new Gauge({
+    name: 'directory_records',
+    help: 'Records of each kind in the data served (members: of all organizations)',
+    labelNames: ['kind'] as const,
+    registers: [registry],
+    collect () {
+      for (const [kind, count] of Object.entries(directory.info().records)) this.set({ kind }, count)
+    }
+  })
+  new Counter({
+    name: 'directory_reloads_total',
+    help: 'Changes of the data since start: installed (succeeded) or refused, the old data serving on (failed)',
+    labelNames: ['outcome'] as const,
+    registers: [registry],
+    collect () {
+      const { succeeded, failed } = directory.info().reloads
+      this.reset()
+      this.inc({ outcome: 'succeeded' }, succeeded)
+      this.inc({ outcome: 'failed' }, failed)
+    }
+  })
+}
+
+export default fp(metricsPlugin, { name: 'metrics' })

@@ -1,0 +1,112 @@
+import { afterEach, describe, expect, it } from 'vitest'
+import { createDirectory } from '../../src/repositories/directory.js'
+import { KEYS, bearer, build, captureLogs, makeData, makeProvider, sha256 } from '../helper.js'
+
+/** The value of one series in the Prometheus text, or undefined. */
+function valueOf (text: string, series: string): number | undefined {
+  const line = text.split('\n').find((candidate) => candidate.startsWith(`${series} `))
+  return line === undefined ? undefined : Number(line.slice(series.length + 1))
+}
+
+describe('GET /metrics', () => {
+  let app: ReturnType<typeof build>
+  afterEach(() => app.close())
+
+  it('answers the Prometheus text format without a key', async () => {
+    app = build()
+    const res = await app.inject({ url: '/metrics', headers: { authorization: 'Bearer nope' } })
+    expect(res.statusCode).toBe(200)
+    expect(res.headers['content-type']).toBe('text/plain; version=0.0.4; charset=utf-8')
+    expect(res.body).toContain('# TYPE http_requests_total counter')
+    expect(res.body).toContain('# TYPE http_request_duration_seconds histogram')
+  })
+
+  it('counts requests by method, route template with its prefix, and status; unknown paths under one route', async () => {
+    app = build()
+    for (let i = 0; i < 2; i++) await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
+    await app.inject({ url: '/v1/organization/members?offset=3&limit=2', headers: bearer(KEYS.alphaManagement) })
+    await app.inject({ url: '/v1/providers' })
+    await app.inject({ method: 'HEAD', url: '/v1/endpoints/zdr', headers: bearer(KEYS.alphaStandard) })
+    await app.inject({ url: '/no/such/path' })
+    await app.inject({ url: '/v1/providers/secret-looking-path' })
+    const text = (await app.inject({ url: '/metrics' })).body
+
+    expect(valueOf(text, 'http_requests_total{method="GET",route="/v1/providers",status="200"}')).toBe(2)
+    expect(valueOf(text, 'http_requests_total{method="GET",route="/v1/providers",status="401"}')).toBe(1)
+    expect(valueOf(text, 'http_requests_total{method="GET",route="/v1/organization/members",status="200"}')).toBe(1)
+    expect(valueOf(text, 'http_requests_total{method="HEAD",route="/v1/endpoints/zdr",status="200"}')).toBe(1)
+    expect(valueOf(text, 'http_requests_total{method="GET",route="unmatched",status="404"}')).toBe(2)
+    expect(valueOf(text, 'http_request_duration_seconds_count{method="GET",route="/v1/providers",status="200"}')).toBe(2)
+    // Buckets fine enough for answers under a millisecond.
+    expect(text).toContain('http_request_duration_seconds_bucket{le="0.00005",method="GET",route="/v1/providers",status="200"}')
+    expect(valueOf(text, 'http_responses_total{class="2xx"}')).toBe(4)
+    expect(valueOf(text, 'http_responses_total{class="4xx"}')).toBe(3)
+  })
+
+  it('never carries a key, its hash, an organization id or a raw URL', async () => {
+    app = build()
+    await app.inject({ url: '/v1/organization/members?offset=3&limit=2', headers: bearer(KEYS.alphaManagement) })
+    await app.inject({ url: '/v1/providers', headers: bearer(KEYS.betaManagement) })
+    await app.inject({ url: `/v1/${KEYS.alphaStandard}?token=abc` })
+    const text = (await app.inject({ url: '/metrics' })).body
+    for (const secret of [KEYS.alphaManagement, sha256(KEYS.alphaManagement), KEYS.betaManagement, KEYS.alphaStandard, 'org_alpha', 'offset=', 'token', 'alpha-management']) {
+      expect(text).not.toContain(secret)
+    }
+  })
+
+  it('describes the data served: source, when installed, records of each kind, reloads that succeeded and failed', async () => {
+    const directory = createDirectory('files', makeData())
+    app = build({ directory })
+    const before = (await app.inject({ url: '/metrics' })).body
+    expect(valueOf(before, 'directory_snapshot_info{source="files"}')).toBe(1)
+    expect(valueOf(before, 'directory_records{kind="providers"}')).toBe(3)
+    expect(valueOf(before, 'directory_records{kind="members"}')).toBe(253)
+    expect(valueOf(before, 'directory_records{kind="keys"}')).toBe(4)
+    expect(valueOf(before, 'directory_reloads_total{outcome="succeeded"}')).toBe(0)
+    const loadedAt = valueOf(before, 'directory_snapshot_loaded_timestamp_seconds')!
+    expect(loadedAt * 1000).toBe(directory.info().loadedAt)
+
+    directory.install(makeData({ providers: [makeProvider(9)] }))
+    directory.refused()
+    const after = (await app.inject({ url: '/metrics' })).body
+    expect(valueOf(after, 'directory_records{kind="providers"}')).toBe(1)
+    expect(valueOf(after, 'directory_reloads_total{outcome="succeeded"}')).toBe(1)
+    expect(valueOf(after, 'directory_reloads_total{outcome="failed"}')).toBe(1)
+    expect(valueOf(after, 'directory_snapshot_loaded_timestamp_seconds')! * 1000).toBe(directory.info().loadedAt)
+  })
+
+  it('counts rate-limit refusals by bucket', async () => {
+    app = build({ settings: { RATE_LIMIT_PER_MINUTE: 1, RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1 } })
+    for (let i = 0; i < 3; i++) await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
+    for (let i = 0; i < 2; i++) await app.inject({ url: '/v1/providers' })
+    const text = (await app.inject({ url: '/metrics' })).body
+    expect(valueOf(text, 'rate_limit_refusals_total{bucket="key"}')).toBe(2)
+    expect(valueOf(text, 'rate_limit_refusals_total{bucket="address"}')).toBe(1)
+  })
+
+  it('reports the process and its event loop, and the requests in flight (the scrape itself, over a socket)', async () => {
+    app = build()
+    const url = await app.listen({ host: '127.0.0.1', port: 0 })
+    const text = await (await fetch(`${url}/metrics`)).text()
+    expect(valueOf(text, 'http_requests_in_flight')).toBe(1)
+    for (const name of ['process_cpu_seconds_total', 'process_resident_memory_bytes', 'nodejs_eventloop_lag_seconds', 'nodejs_heap_size_used_bytes']) {
+      expect(valueOf(text, name), name).toBeGreaterThanOrEqual(0)
+    }
+  })
+
+  it('writes no access line, as the probes, while the API does', async () => {
+    const { lines, log } = captureLogs()
+    app = build({ log })
+    await app.inject({ url: '/metrics' })
+    await app.inject({ url: '/health' })
+    await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
+    expect(lines.filter((line) => line.msg === 'request completed').map((line) => line.url)).toEqual(['/v1/providers'])
+  })
+
+  it('is off with METRICS=false: 404, and no request is measured', async () => {
+    app = build({ settings: { METRICS: false } })
+    const res = await app.inject({ url: '/metrics' })
+    expect(res.statusCode).toBe(404)
+    expect(res.json()).toEqual({ error: { code: 404, message: 'Not found: GET /metrics' } })
+  })
+})
