@@ -59,10 +59,11 @@ CREATE TABLE providers (
   -- tell "absent" from "null", and the same data must give the same bytes from either source.
   omitted_fields text[] NOT NULL DEFAULT '{}'
     CHECK (omitted_fields <@ '{terms_of_service_url,status_page_url,headquarters,datacenters}'),
-  CHECK (NOT ('terms_of_service_url' = ANY (omitted_fields) AND terms_of_service_url IS NOT NULL)),
-  CHECK (NOT ('status_page_url' = ANY (omitted_fields) AND status_page_url IS NOT NULL)),
-  CHECK (NOT ('headquarters' = ANY (omitted_fields) AND headquarters IS NOT NULL)),
-  CHECK (NOT ('datacenters' = ANY (omitted_fields) AND datacenters IS NOT NULL))
+  CONSTRAINT providers_omitted_fields_are_null CHECK (
+    NOT ('terms_of_service_url' = ANY (omitted_fields) AND terms_of_service_url IS NOT NULL)
+    AND NOT ('status_page_url' = ANY (omitted_fields) AND status_page_url IS NOT NULL)
+    AND NOT ('headquarters' = ANY (omitted_fields) AND headquarters IS NOT NULL)
+    AND NOT ('datacenters' = ANY (omitted_fields) AND datacenters IS NOT NULL))
 );
 
 CREATE TABLE endpoints (

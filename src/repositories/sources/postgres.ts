@@ -37,12 +37,12 @@ function describe (error: unknown): string {
   return err.message || err.errors?.[0]?.message || err.code || String(error)
 }
 
-// Worth retrying: the server is not there yet, or starting, or going away. A wrong password or
-// database name will not fix itself.
+// Worth retrying: anything short of an answer from the server (refused, reset, timed out, a
+// proxy that hangs up), and the server's own "not now" (starting, shutting down, too many
+// connections). A wrong password or database name will not fix itself.
 function isTransient (error: unknown) {
-  const code = (error as { code?: string }).code ?? ''
-  return /^E[A-Z]+$/.test(code) || code.startsWith('08') || ['57P01', '57P02', '57P03'].includes(code) ||
-    (error as Error).message?.includes('timeout') || error instanceof AggregateError
+  const { severity, code = '' } = error as { severity?: string, code?: string }
+  return severity === undefined || code.startsWith('08') || code.startsWith('53') || code.startsWith('57P')
 }
 
 function backoff (attempt: number) {
