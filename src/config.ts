@@ -14,6 +14,9 @@ const ConfigSchema = Type.Object({
   PORT: Type.Integer({ default: 3000, minimum: 0, maximum: 65535 }),
   LOG_LEVEL: Type.Union(LOG_LEVELS.map((level) => Type.Literal(level)), { default: 'info' }),
   FIXTURES_DIR: Type.String({ default: BUNDLED_FIXTURES_DIR, minLength: 1 }),
+  // When set, the data is in PostgreSQL, and FIXTURES_DIR is not read.
+  DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'postgresql://user:password@host:port/database' })),
+  DATABASE_CONNECT_TIMEOUT_MS: Type.Integer({ default: 30000, minimum: 0, description: 'How long an unreachable database is retried at start' }),
   SHUTDOWN_GRACE_MS: Type.Integer({ default: 10000, minimum: 0, description: 'How long in-flight requests may run after SIGTERM' }),
   METRICS: Type.Boolean({ default: true, description: 'Serve GET /metrics and measure every request' }),
   // Per key and per client address; 0 turns that limit off. High enough that a test suite never

@@ -3,6 +3,7 @@ import { buildApp } from './app.js'
 import { loadConfig } from './config.js'
 import { createDirectory } from './repositories/directory.js'
 import { createFileSource } from './repositories/sources/files.js'
+import { createPostgresSource } from './repositories/sources/postgres.js'
 import type { DirectorySource } from './repositories/source.js'
 import { createLogStream } from './log-stream.js'
 
@@ -12,7 +13,9 @@ async function main () {
   let data
   try {
     config = loadConfig()
-    source = createFileSource(config.FIXTURES_DIR)
+    source = config.DATABASE_URL
+      ? createPostgresSource({ url: config.DATABASE_URL, connectTimeoutMs: config.DATABASE_CONNECT_TIMEOUT_MS })
+      : createFileSource(config.FIXTURES_DIR)
     data = await source.load()
   } catch (error) {
     // Bad configuration or data: say which and stop before listening.

@@ -1,17 +1,100 @@
-// Mints an API key: prints it once and records only its SHA-256 in keys.json.
+// Mints an API key (prints it once, records only its SHA-256) or revokes one, in the data the
+// servers read: the database when DATABASE_URL is set, else keys.json of the data folder.
+// Running servers follow the change; no restart.
 // Usage: npm run key -- --kind management --org org_x --name ci [--fixtures-dir DIR]
+//        npm run key -- revoke --name ci [--fixtures-dir DIR]
 import { hash, randomBytes } from 'node:crypto'
-import { rename, writeFile } from 'node:fs/promises'
+import { readFile, rename, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { loadConfig } from '../config.js'
-import { FIXTURE_FILES, loadFixtures } from '../repositories/sources/files.js'
+import { DataError, validateRecords } from '../repositories/records.js'
+import { FIXTURE_FILES } from '../repositories/sources/files.js'
+import { connectPostgres, locationOf } from '../repositories/sources/postgres.js'
+import { deleteKey, insertKey, organizationExists } from '../repositories/sources/postgres-write.js'
 import { KEY_KINDS, type ApiKey } from '../schemas/fixtures.js'
 
-const USAGE = 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--fixtures-dir <dir>]'
+const USAGE = 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--fixtures-dir <dir>]' +
+  ' | npm run key -- revoke --name <label> [--fixtures-dir <dir>]'
+
+/** Where keys are kept: the keys table, or keys.json of a folder. */
+interface KeyStore {
+  where: string
+  add(key: ApiKey): Promise<void>
+  /** False when there is no key of that name. */
+  remove(name: string): Promise<boolean>
+  /** False when the store knows of no organization of that id. */
+  hasOrganization(id: string): Promise<boolean>
+  close(): Promise<void>
+}
+
+async function openStore (fixturesDir: string | undefined): Promise<KeyStore> {
+  const config = loadConfig()
+  // An explicit folder wins; then the source the server would use.
+  if (fixturesDir === undefined && config.DATABASE_URL) {
+    const client = await connectPostgres(config.DATABASE_URL, config.DATABASE_CONNECT_TIMEOUT_MS)
+    return {
+      where: `table keys of ${locationOf(config.DATABASE_URL)}`,
+      add: (key) => insertKey(client, key),
+      remove: (name) => deleteKey(client, name),
+      hasOrganization: (id) => organizationExists(client, id),
+      close: () => client.end()
+    }
+  }
+  // The bundled fixtures are tracked by git: keys minted there would end up in a commit.
+  const dir = fixturesDir ?? (process.env.FIXTURES_DIR ? config.FIXTURES_DIR : undefined)
+  if (dir === undefined) {
+    throw new Error('no data to write into: pass --fixtures-dir <dir>, or set FIXTURES_DIR or DATABASE_URL (the bundled fixtures/ folder is left alone)')
+  }
+  const file = join(dir, FIXTURE_FILES.keys)
+  const write = async (keys: ApiKey[]) => {
+    // Write then rename: a server reading the folder never sees half a file.
+    await writeFile(`${file}.tmp`, JSON.stringify(keys, null, 2) + '\n')
+    await rename(`${file}.tmp`, file)
+  }
+  return {
+    where: file,
+    async add (key) {
+      const keys = await readKeys(file, true)
+      if (keys.some((existing) => existing.name === key.name)) throw new Error(`a key named ${JSON.stringify(key.name)} exists already in ${file}`)
+      await write([...keys, key])
+    },
+    async remove (name) {
+      const keys = await readKeys(file, false)
+      const kept = keys.filter((key) => key.name !== name)
+      if (kept.length === keys.length) return false
+      await write(kept)
+      return true
+    },
+    async hasOrganization (id) {
+      const organizations = await readFile(join(dir, FIXTURE_FILES.organizations), 'utf8').then(JSON.parse, () => [])
+      return Array.isArray(organizations) && organizations.some((organization) => organization?.id === id)
+    },
+    close: async () => {}
+  }
+}
+
+/** The keys of keys.json, checked; none when it does not exist yet and `mayBeMissing`. */
+async function readKeys (file: string, mayBeMissing: boolean): Promise<ApiKey[]> {
+  let text: string
+  try {
+    text = await readFile(file, 'utf8')
+  } catch (error) {
+    if (mayBeMissing && (error as NodeJS.ErrnoException).code === 'ENOENT') return []
+    throw new DataError(`${FIXTURE_FILES.keys}: cannot read ${file} (${(error as NodeJS.ErrnoException).code ?? String(error)})`)
+  }
+  let value: unknown
+  try {
+    value = JSON.parse(text)
+  } catch (error) {
+    throw new DataError(`${FIXTURE_FILES.keys}: not valid JSON (${(error as Error).message})`)
+  }
+  return validateRecords('keys', value, FIXTURE_FILES.keys)
+}
 
 async function main () {
-  const { values } = parseArgs({
+  const { positionals, values } = parseArgs({
+    allowPositionals: true,
     options: {
       kind: { type: 'string' },
       org: { type: 'string' },
@@ -19,29 +102,35 @@ async function main () {
       'fixtures-dir': { type: 'string' }
     }
   })
+  const revoking = positionals[0] === 'revoke'
   const kind = KEY_KINDS.find((k) => k === values.kind)
-  if (kind === undefined || !values.org || !values.name) throw new Error(USAGE)
+  const valid = revoking
+    ? positionals.length === 1 && values.name && values.kind === undefined && values.org === undefined
+    : positionals.length === 0 && kind !== undefined && values.org && values.name
+  if (!valid) throw new Error(USAGE)
+  const name = values.name!
 
-  const dir = values['fixtures-dir'] ?? loadConfig().FIXTURES_DIR
-  const data = await loadFixtures(dir)
-  if (data.keys.some((key) => key.name === values.name)) throw new Error(`a key named ${JSON.stringify(values.name)} exists already in ${join(dir, FIXTURE_FILES.keys)}`)
-  if (kind === 'management' && !data.organizations.some((organization) => organization.id === values.org)) {
-    process.stderr.write(`warning: no organization ${values.org} in ${FIXTURE_FILES.organizations}; this key will get 404 on the member listing\n`)
+  const store = await openStore(values['fixtures-dir'])
+  try {
+    if (revoking) {
+      if (!await store.remove(name)) throw new Error(`no key named ${JSON.stringify(name)} in ${store.where}`)
+      process.stderr.write(`revoked key ${JSON.stringify(name)} in ${store.where}; running servers refuse it from their next reload, without a restart\n`)
+      return
+    }
+    // 32 random bytes: 256 bits, far beyond guessing; the prefix tells people what the string is.
+    const key = `sk-or-v1-${randomBytes(32).toString('hex')}`
+    await store.add({ name, sha256: hash('sha256', key), kind: kind!, organization_id: values.org! })
+    if (kind === 'management' && !await store.hasOrganization(values.org!)) {
+      process.stderr.write(`warning: no organization ${values.org} in the directory; this key will get 404 on the member listing\n`)
+    }
+    process.stderr.write(`recorded ${kind} key ${JSON.stringify(name)} for ${values.org} in ${store.where}; running servers accept it from their next reload, without a restart.\nThe key (shown once, not stored):\n`)
+    process.stdout.write(`${key}\n`)
+  } finally {
+    await store.close()
   }
-
-  // 32 random bytes: 256 bits, far beyond guessing; the prefix tells people what the string is.
-  const key = `sk-or-v1-${randomBytes(32).toString('hex')}`
-  const record: ApiKey = { name: values.name, sha256: hash('sha256', key), kind, organization_id: values.org }
-  const file = join(dir, FIXTURE_FILES.keys)
-  // Write then rename, so a server starting at the same moment never reads half a file.
-  await writeFile(`${file}.tmp`, JSON.stringify([...data.keys, record], null, 2) + '\n')
-  await rename(`${file}.tmp`, file)
-
-  process.stderr.write(`recorded ${kind} key ${JSON.stringify(values.name)} for ${values.org} in ${file}; restart the server to use it.\nThe key (shown once, not stored):\n`)
-  process.stdout.write(`${key}\n`)
 }
 
 main().catch((error: Error) => {
-  process.stderr.write(`${error.message}\n`)
+  process.stderr.write(`${error.message.split('\n')[0]}\n`)
   process.exit(1)
 })

@@ -54,3 +54,38 @@ describe('npm run key', () => {
     expect(await readFile(join(dir, 'keys.json'), 'utf8')).toBe(before)
   })
 })
+
+describe('npm run key -- revoke, and keys in a folder', () => {
+  let dir: string
+  beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'keys-')) })
+  afterEach(() => rm(dir, { recursive: true, force: true }))
+  const env = { PATH: process.env.PATH ?? '' }
+
+  it('removes the record of the key named and keeps the others', async () => {
+    await cp('fixtures', dir, { recursive: true })
+    const before = JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8')) as Array<{ name: string }>
+    const { stderr } = await run(process.execPath, ['dist/cli/mint-key.js', 'revoke', '--name', 'acme-management', '--fixtures-dir', dir], { env })
+    expect(stderr).toContain(`revoked key "acme-management" in ${join(dir, 'keys.json')}`)
+    expect(JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8'))).toEqual(before.filter((key) => key.name !== 'acme-management'))
+  })
+
+  it('refuses to revoke a name it does not know, and leaves keys.json as it was', async () => {
+    await cp('fixtures', dir, { recursive: true })
+    const before = await readFile(join(dir, 'keys.json'), 'utf8')
+    await expect(run(process.execPath, ['dist/cli/mint-key.js', 'revoke', '--name', 'nobody', '--fixtures-dir', dir], { env }))
+      .rejects.toMatchObject({ code: 1, stderr: `no key named "nobody" in ${join(dir, 'keys.json')}\n` })
+    expect(await readFile(join(dir, 'keys.json'), 'utf8')).toBe(before)
+  })
+
+  it('creates keys.json in a folder that has none yet', async () => {
+    const { stdout } = await run(process.execPath, ['dist/cli/mint-key.js', '--kind', 'standard', '--org', 'org_x', '--name', 'first', '--fixtures-dir', dir], { env })
+    expect(JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8'))).toEqual([{ name: 'first', sha256: sha256(stdout.trim()), kind: 'standard', organization_id: 'org_x' }])
+  })
+
+  it('refuses to write into the bundled fixtures when no folder or database is given', async () => {
+    const before = await readFile('fixtures/keys.json', 'utf8')
+    await expect(run(process.execPath, ['dist/cli/mint-key.js', '--kind', 'standard', '--org', 'org_x', '--name', 'stray'], { env }))
+      .rejects.toMatchObject({ code: 1, stderr: expect.stringMatching(/^no data to write into: pass --fixtures-dir <dir>[^\n]*\n$/) })
+    expect(await readFile('fixtures/keys.json', 'utf8')).toBe(before)
+  })
+})

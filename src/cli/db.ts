@@ -1,0 +1,69 @@
+// The PostgreSQL store: npm run db -- migrate | import --fixtures-dir DIR | export --fixtures-dir DIR
+// DATABASE_URL names the database; DATABASE_CONNECT_TIMEOUT_MS bounds the wait for it.
+import { mkdir, rename, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { parseArgs } from 'node:util'
+import { loadConfig } from '../config.js'
+import { RECORD_KINDS } from '../repositories/records.js'
+import { FIXTURE_FILES, loadFixtures } from '../repositories/sources/files.js'
+import { connectPostgres, createPostgresSource, locationOf } from '../repositories/sources/postgres.js'
+import { migrate } from '../repositories/sources/postgres-schema.js'
+import { replaceDirectory } from '../repositories/sources/postgres-write.js'
+
+const USAGE = 'usage: npm run db -- migrate | import --fixtures-dir <dir> | export --fixtures-dir <dir>'
+
+async function main () {
+  const { positionals, values } = parseArgs({ allowPositionals: true, options: { 'fixtures-dir': { type: 'string' } } })
+  const [command, ...rest] = positionals
+  const dir = values['fixtures-dir']
+  if (rest.length > 0 || (command === 'migrate' ? dir !== undefined : !dir) || !['migrate', 'import', 'export'].includes(command ?? '')) throw new Error(USAGE)
+
+  const config = loadConfig()
+  const url = config.DATABASE_URL
+  if (!url) throw new Error('DATABASE_URL is not set: it names the database, postgresql://user:password@host:port/database')
+
+  if (command === 'export') {
+    // The replicas' own reader: what is written is what they serve.
+    const source = createPostgresSource({ url, connectTimeoutMs: config.DATABASE_CONNECT_TIMEOUT_MS })
+    try {
+      const data = await source.load()
+      await mkdir(dir!, { recursive: true })
+      for (const kind of RECORD_KINDS) {
+        const file = join(dir!, FIXTURE_FILES[kind])
+        await writeFile(`${file}.tmp`, JSON.stringify(data[kind], null, 2) + '\n')
+        await rename(`${file}.tmp`, file)
+      }
+      process.stderr.write(`exported ${count(data)} from ${source.location} to ${dir}\n`)
+    } finally {
+      await source.close()
+    }
+    return
+  }
+
+  // Read and checked before connecting: bad data never reaches the database.
+  const data = command === 'import' ? await loadFixtures(dir!) : undefined
+  const client = await connectPostgres(url, config.DATABASE_CONNECT_TIMEOUT_MS)
+  try {
+    if (data) {
+      await replaceDirectory(client, data)
+      process.stderr.write(`imported ${count(data)} from ${dir} into ${locationOf(url)}\n`)
+    } else {
+      const applied = await migrate(client)
+      process.stderr.write(applied.length > 0
+        ? `migrated ${locationOf(url)}: applied version ${applied.join(', ')}\n`
+        : `${locationOf(url)} is up to date\n`)
+    }
+  } finally {
+    await client.end()
+  }
+}
+
+function count (data: Awaited<ReturnType<typeof loadFixtures>>) {
+  const members = data.organizations.reduce((sum, organization) => sum + organization.members.length, 0)
+  return `${data.providers.length} providers, ${data.endpoints.length} endpoints, ${data.organizations.length} organizations with ${members} members, ${data.keys.length} keys`
+}
+
+main().catch((error: Error) => {
+  process.stderr.write(`${error.message.split('\n')[0]}\n`)
+  process.exit(1)
+})

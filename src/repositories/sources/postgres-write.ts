@@ -1,0 +1,87 @@
+import type pg from 'pg'
+import type { DirectoryData } from '../records.js'
+import type { ApiKey } from '../../schemas/fixtures.js'
+import { checkSchema } from './postgres-schema.js'
+
+/**
+ * Rows per INSERT: a million members go in 50 statements, each a JSON array PostgreSQL turns into
+ * rows itself (json_populate_recordset, which maps fields to columns by name), with no SQL to
+ * build per row and no statement too large to send.
+ */
+const BATCH = 20000
+
+async function insertRows (client: pg.ClientBase, table: string, columns: string[], rows: object[]) {
+  const list = columns.join(', ')
+  for (let start = 0; start < rows.length; start += BATCH) {
+    await client.query(
+      `INSERT INTO ${table} (${list}) SELECT ${list} FROM json_populate_recordset(NULL::${table}, $1::json)`,
+      [JSON.stringify(rows.slice(start, start + BATCH))]
+    )
+  }
+}
+
+const OPTIONAL_PROVIDER_FIELDS = ['terms_of_service_url', 'status_page_url', 'headquarters', 'datacenters'] as const
+
+/**
+ * Replaces every row of the directory's tables with `data` (validated by the caller), in one
+ * transaction: all of it or nothing. Each list keeps its order in the `position` column. The
+ * replicas are notified once, at commit, and read everything again.
+ */
+export async function replaceDirectory (client: pg.ClientBase, data: DirectoryData) {
+  await client.query('BEGIN')
+  try {
+    await checkSchema(client)
+    await client.query('TRUNCATE providers, endpoints, members, organizations, keys RESTART IDENTITY')
+    await insertRows(client, 'providers',
+      ['slug', 'position', 'name', 'privacy_policy_url', ...OPTIONAL_PROVIDER_FIELDS, 'omitted_fields'],
+      data.providers.map((provider, position) => ({
+        ...provider,
+        position,
+        omitted_fields: OPTIONAL_PROVIDER_FIELDS.filter((field) => !(field in provider))
+      })))
+    await insertRows(client, 'endpoints',
+      ['position', 'model_id', 'model_name', 'name', 'provider_name', 'tag', 'context_length', 'max_prompt_tokens', 'max_completion_tokens',
+        'pricing', 'quantization', 'status', 'supported_parameters', 'supports_implicit_caching', 'supports_tool_choice',
+        'latency_last_30m', 'throughput_last_30m', 'uptime_last_5m', 'uptime_last_30m', 'uptime_last_1d'],
+      data.endpoints.map((endpoint, position) => ({ ...endpoint, position })))
+    await insertRows(client, 'organizations', ['id', 'position', 'name'],
+      data.organizations.map(({ id, name }, position) => ({ id, position, name })))
+    for (const organization of data.organizations) {
+      await insertRows(client, 'members', ['organization_id', 'id', 'position', 'email', 'first_name', 'last_name', 'role'],
+        organization.members.map((member, position) => ({ ...member, organization_id: organization.id, position })))
+    }
+    await insertRows(client, 'keys', ['name', 'sha256', 'kind', 'organization_id'], data.keys)
+    await client.query('COMMIT')
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {})
+    throw error
+  }
+  // Statistics now, not when autovacuum comes by: the replicas' reads of the members of one
+  // organization are then index scans in page order, not a sort of the whole table.
+  await client.query('ANALYZE providers, endpoints, organizations, members, keys')
+}
+
+/** Records a key; refuses a name already taken (revocation goes by name). */
+export async function insertKey (client: pg.ClientBase, key: ApiKey) {
+  await checkSchema(client)
+  try {
+    await client.query('INSERT INTO keys (name, sha256, kind, organization_id) VALUES ($1, $2, $3, $4)',
+      [key.name, key.sha256, key.kind, key.organization_id])
+  } catch (error) {
+    if ((error as { constraint?: string }).constraint === 'keys_pkey') throw new Error(`a key named ${JSON.stringify(key.name)} exists already in table keys`)
+    throw error
+  }
+}
+
+/** Deletes the key of that name; false when there is none. */
+export async function deleteKey (client: pg.ClientBase, name: string) {
+  await checkSchema(client)
+  const { rowCount } = await client.query('DELETE FROM keys WHERE name = $1', [name])
+  return rowCount === 1
+}
+
+/** Whether an organization of that id exists. */
+export async function organizationExists (client: pg.ClientBase, id: string) {
+  const { rowCount } = await client.query('SELECT 1 FROM organizations WHERE id = $1', [id])
+  return rowCount === 1
+}

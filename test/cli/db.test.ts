@@ -1,0 +1,142 @@
+import { execFile } from 'node:child_process'
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import pg from 'pg'
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { BUNDLED_FIXTURES_DIR } from '../../src/config.js'
+import { FIXTURE_FILES } from '../../src/repositories/sources/files.js'
+import type { DirectoryData } from '../../src/repositories/records.js'
+import { makeData, makeProvider } from '../helper.js'
+import { startPostgres, type PostgresServer } from '../postgres.js'
+
+const run = promisify(execFile)
+const db = (url: string | undefined, ...args: string[]) =>
+  run(process.execPath, ['dist/cli/db.js', ...args], { env: { PATH: process.env.PATH ?? '', ...(url ? { DATABASE_URL: url } : {}), DATABASE_CONNECT_TIMEOUT_MS: '0' } })
+
+async function writeData (dir: string, data: DirectoryData) {
+  for (const kind of Object.keys(FIXTURE_FILES) as Array<keyof DirectoryData>) {
+    await writeFile(join(dir, FIXTURE_FILES[kind]), JSON.stringify(data[kind]))
+  }
+}
+
+async function readData (dir: string) {
+  const entries = await Promise.all((Object.keys(FIXTURE_FILES) as Array<keyof DirectoryData>).map(async (kind) =>
+    [kind, JSON.parse(await readFile(join(dir, FIXTURE_FILES[kind]), 'utf8'))]))
+  return Object.fromEntries(entries)
+}
+
+let server: PostgresServer
+beforeAll(async () => { server = await startPostgres() })
+afterAll(() => server?.close())
+
+let url: string
+let dir: string
+beforeEach(async () => {
+  url = await server.createDatabase()
+  dir = await mkdtemp(join(tmpdir(), 'db-cli-'))
+})
+afterEach(() => rm(dir, { recursive: true, force: true }))
+
+async function query (sql: string, values: unknown[] = []) {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    return await client.query(sql, values)
+  } finally {
+    await client.end()
+  }
+}
+
+describe('npm run db -- migrate', () => {
+  it('creates the schema, then finds nothing left to do', async () => {
+    expect((await db(url, 'migrate')).stderr).toContain('applied version 1')
+    expect((await db(url, 'migrate')).stderr).toContain('is up to date')
+    const { rows } = await query('SELECT version FROM schema_migrations')
+    expect(rows).toEqual([{ version: 1 }])
+  })
+
+  it('is safe when several replicas or Jobs run it at once', async () => {
+    const results = await Promise.all(Array.from({ length: 4 }, () => db(url, 'migrate')))
+    expect(results.filter(({ stderr }) => stderr.includes('applied version 1'))).toHaveLength(1)
+    expect(results.filter(({ stderr }) => stderr.includes('is up to date'))).toHaveLength(3)
+  })
+})
+
+describe('npm run db -- import and export', () => {
+  beforeEach(async () => { await db(url, 'migrate') })
+
+  it('round-trips a folder: the export equals the files imported, order and absent fields included', async () => {
+    const data = makeData()
+    await writeData(dir, data)
+    expect((await db(url, 'import', '--fixtures-dir', dir)).stderr).toContain('imported 3 providers, 2 endpoints, 2 organizations with 253 members, 4 keys')
+    const out = join(dir, 'out')
+    await db(url, 'export', '--fixtures-dir', out)
+    expect(await readData(out)).toStrictEqual(data)
+  })
+
+  it('round-trips the bundled fixtures byte for byte in every field order', async () => {
+    await db(url, 'import', '--fixtures-dir', BUNDLED_FIXTURES_DIR)
+    await db(url, 'export', '--fixtures-dir', dir)
+    for (const file of Object.values(FIXTURE_FILES)) {
+      const original = JSON.parse(await readFile(join(BUNDLED_FIXTURES_DIR, file), 'utf8'))
+      const exported = JSON.parse(await readFile(join(dir, file), 'utf8'))
+      // Keys are exported in the order of their names.
+      const sort = (list: Array<{ name: string }>) => file === FIXTURE_FILES.keys ? [...list].sort((a, b) => a.name.localeCompare(b.name)) : list
+      expect(JSON.stringify(exported), file).toBe(JSON.stringify(sort(original)))
+    }
+  })
+
+  it('refuses invalid data naming file, record and field, and changes nothing', async () => {
+    await writeData(dir, makeData())
+    await db(url, 'import', '--fixtures-dir', dir)
+    await writeData(dir, makeData({ providers: [makeProvider(1), makeProvider(2, { headquarters: 'ZZ' })] }))
+    await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({
+      code: 1,
+      stderr: 'providers.json: [1].headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code\n'
+    })
+    const { rows } = await query('SELECT slug FROM providers ORDER BY position')
+    expect(rows.map((row) => row.slug)).toEqual(['provider-1', 'provider-2', 'provider-3'])
+  })
+
+  it('rolls back everything when the database refuses a row', async () => {
+    await writeData(dir, makeData())
+    await db(url, 'import', '--fixtures-dir', dir)
+    // Valid for the files, refused by the database: a NUL character, which PostgreSQL text cannot hold.
+    await writeData(dir, makeData({ keys: [{ name: 'a\u0000b', sha256: 'a'.repeat(64), kind: 'standard', organization_id: 'o' }] }))
+    await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({ code: 1 })
+    expect((await query('SELECT count(*)::int AS n FROM members')).rows).toEqual([{ n: 253 }])
+    expect((await query('SELECT count(*)::int AS n FROM keys')).rows).toEqual([{ n: 4 }])
+  })
+})
+
+describe('npm run db', () => {
+  it.each([
+    [['import'], 'usage:'],
+    [['dump', '--fixtures-dir', '/tmp'], 'usage:'],
+    [['migrate', 'now'], 'usage:']
+  ])('refuses %o with one line', async (args, message) => {
+    await expect(db(url, ...args)).rejects.toMatchObject({ code: 1, stderr: expect.stringContaining(message) })
+  })
+
+  it('says what is missing when DATABASE_URL is not set', async () => {
+    await expect(db(undefined, 'migrate')).rejects.toMatchObject({ code: 1, stderr: expect.stringMatching(/^DATABASE_URL is not set[^\n]*\n$/) })
+  })
+
+  it('names the database, without its password, when it cannot be reached', async () => {
+    const unreachable = 'postgresql://user:s3cret@127.0.0.1:1/none'
+    const failure = await db(unreachable, 'migrate').catch((error) => error)
+    expect(failure.code).toBe(1)
+    expect(failure.stderr).toMatch(/^cannot connect to PostgreSQL at postgresql:\/\/user@127\.0\.0\.1:1\/none within 0 ms: [^\n]+\n$/)
+    expect(failure.stderr).not.toContain('s3cret')
+  })
+
+  it('refuses to import into a database without the schema', async () => {
+    await writeData(dir, makeData())
+    await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({
+      code: 1,
+      stderr: 'the database schema is at version none, this build needs 1: run npm run db -- migrate\n'
+    })
+  })
+})

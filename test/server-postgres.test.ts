@@ -1,0 +1,166 @@
+import { execFile } from 'node:child_process'
+import { once } from 'node:events'
+import { createServer } from 'node:net'
+import { promisify } from 'node:util'
+import pg from 'pg'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { migrate } from '../src/repositories/sources/postgres-schema.js'
+import { replaceDirectory } from '../src/repositories/sources/postgres-write.js'
+import { KEYS, makeData, sha256 } from './helper.js'
+import { startPostgres, type PostgresServer } from './postgres.js'
+import { failToStart, freePort, startServer, type RunningServer } from './process.js'
+
+const run = promisify(execFile)
+
+let database: PostgresServer
+let url: string
+// The password is ignored by the test cluster (it trusts local connections), and must never be logged.
+const withPassword = (plain: string) => plain.replace('postgres@', 'postgres:s3cret-pw@')
+
+beforeAll(async () => {
+  database = await startPostgres()
+  url = await database.createDatabase()
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  await migrate(client)
+  await replaceDirectory(client, makeData())
+  await client.end()
+})
+afterAll(() => database?.close())
+
+async function sql (text: string) {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    await client.query(text)
+  } finally {
+    await client.end()
+  }
+}
+
+const servers: RunningServer[] = []
+afterEach(async () => {
+  for (const server of servers.splice(0)) {
+    server.process.kill('SIGTERM')
+    await server.exited
+  }
+})
+
+async function startReplicas (count: number) {
+  const started = await Promise.all(Array.from({ length: count }, () => startServer({ DATABASE_URL: withPassword(url), LOG_LEVEL: 'info' })))
+  servers.push(...started)
+  return started
+}
+
+type LogLine = Record<string, unknown>
+
+/** Resolves with the first log line after the `seen`-th one that `match` accepts; answers how many lines it read. */
+function waitForLog (server: RunningServer, seen: number, match: (line: LogLine) => boolean): Promise<{ line: LogLine, seen: number }> {
+  return new Promise((resolve, reject) => {
+    const look = () => {
+      const lines = server.output().split('\n').filter((text) => text.startsWith('{'))
+      for (let index = seen; index < lines.length; index++) {
+        const line = JSON.parse(lines[index]!) as LogLine
+        if (match(line)) {
+          server.process.stdout!.off('data', look)
+          resolve({ line, seen: index + 1 })
+          return
+        }
+      }
+    }
+    server.process.stdout!.on('data', look)
+    server.exited.then((code) => reject(new Error(`server exited (${code}) while waiting:\n${server.output()}`)))
+    look()
+  })
+}
+
+const logLines = (server: RunningServer) => server.output().split('\n').filter((text) => text.startsWith('{')).length
+const reloadedWith = (change: string) => (line: LogLine) => line.msg === 'directory reloaded' && String(line.change).includes(change)
+
+async function status (server: RunningServer, path: string, key: string) {
+  const res = await fetch(`${server.url}${path}`, { headers: { authorization: `Bearer ${key}` } })
+  await res.arrayBuffer()
+  return res.status
+}
+
+describe('replicas on one PostgreSQL database', () => {
+  it('take a key minted and then revoked with npm run key on every replica, without a restart', async () => {
+    const replicas = await startReplicas(3)
+    const env = { PATH: process.env.PATH ?? '', DATABASE_URL: withPassword(url) }
+    const marks = replicas.map(logLines)
+
+    const { stdout, stderr } = await run(process.execPath, ['dist/cli/mint-key.js', '--kind', 'management', '--org', 'org_beta', '--name', 'replicated'], { env })
+    const key = stdout.trim()
+    expect(stderr).toContain('recorded management key "replicated" for org_beta in table keys of postgresql://postgres@127.0.0.1')
+    for (const [index, replica] of replicas.entries()) {
+      marks[index] = (await waitForLog(replica, marks[index]!, reloadedWith('keys changed'))).seen
+      expect(await status(replica, '/v1/organization/members', key)).toBe(200)
+    }
+
+    await run(process.execPath, ['dist/cli/mint-key.js', 'revoke', '--name', 'replicated'], { env })
+    for (const [index, replica] of replicas.entries()) {
+      await waitForLog(replica, marks[index]!, reloadedWith('keys changed'))
+      expect(await status(replica, '/v1/organization/members', key)).toBe(401)
+      expect(await status(replica, '/v1/organization/members', KEYS.betaManagement)).toBe(200)
+    }
+
+    for (const replica of replicas) {
+      const output = replica.output()
+      expect(output).toContain('"location":"postgresql://postgres@127.0.0.1')
+      for (const secret of [key, sha256(key), 's3cret-pw']) expect(output).not.toContain(secret)
+    }
+  })
+
+  it('refuses to revoke a key that does not exist', async () => {
+    await expect(run(process.execPath, ['dist/cli/mint-key.js', 'revoke', '--name', 'nobody'], { env: { PATH: process.env.PATH ?? '', DATABASE_URL: url } }))
+      .rejects.toMatchObject({ code: 1, stderr: expect.stringMatching(/^no key named "nobody" in table keys of postgresql:\/\/[^\n]+\n$/) })
+  })
+
+  it('keep serving their last data while the database is down, then resynchronize and follow changes again', async () => {
+    const replicas = await startReplicas(2)
+    let marks = replicas.map(logLines)
+    await database.stop()
+    try {
+      marks = await Promise.all(replicas.map(async (replica, index) => (await waitForLog(replica, marks[index]!, (line) =>
+        line.msg === 'change refused; the current data keeps serving' && String(line.problem).includes('lost the connection to PostgreSQL'))).seen))
+      for (const replica of replicas) {
+        expect(await status(replica, '/v1/providers', KEYS.alphaStandard)).toBe(200)
+        expect(await status(replica, '/v1/organization/members?limit=100', KEYS.alphaManagement)).toBe(200)
+      }
+    } finally {
+      await database.start()
+    }
+    const resyncs = await Promise.all(replicas.map((replica, index) => waitForLog(replica, marks[index]!, reloadedWith('reconnected to PostgreSQL: full read'))))
+    for (const { line } of resyncs) expect(line.change).toMatch(/the data served was up to \d+ ms stale/)
+
+    await sql("DELETE FROM keys WHERE name = 'alpha-standard'")
+    for (const [index, replica] of replicas.entries()) {
+      await waitForLog(replica, resyncs[index]!.seen, reloadedWith('keys changed'))
+      expect(await status(replica, '/v1/providers', KEYS.alphaStandard)).toBe(401)
+    }
+  })
+
+  it('waits at start for a database that comes up within DATABASE_CONNECT_TIMEOUT_MS', async () => {
+    await database.stop()
+    // Until the server has tried once, something on the database's port hangs up on it.
+    const port = Number(new URL(url).port)
+    let tried: () => void
+    const triedOnce = new Promise<void>((resolve) => { tried = resolve })
+    const hangUp = createServer((socket) => { socket.destroy(); tried() }).listen(port, '127.0.0.1')
+    const starting = startServer({ DATABASE_URL: url, DATABASE_CONNECT_TIMEOUT_MS: '60000' })
+    await triedOnce
+    hangUp.close()
+    await once(hangUp, 'close')
+    await database.start()
+    const server = await starting
+    servers.push(server)
+    expect(await status(server, '/v1/providers', KEYS.alphaManagement)).toBe(200)
+  })
+
+  it('exits 1 with one line when the database stays unreachable for DATABASE_CONNECT_TIMEOUT_MS', async () => {
+    const port = await freePort()
+    const { code, output } = await failToStart({ DATABASE_URL: `postgresql://directory:s3cret-pw@127.0.0.1:${port}/directory`, DATABASE_CONNECT_TIMEOUT_MS: '300' })
+    expect(code).toBe(1)
+    expect(output).toMatch(new RegExp(`^cannot start: cannot connect to PostgreSQL at postgresql://directory@127\\.0\\.0\\.1:${port}/directory within 300 ms: [^\\n]+\\n$`))
+  })
+})
