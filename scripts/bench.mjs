@@ -22,6 +22,7 @@ import { cpus, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
+import { benchPostgres } from './bench-postgres.mjs'
 
 const execFileAsync = promisify(execFile)
 
@@ -469,6 +470,12 @@ async function main () {
   target('first 200 after start, bundled fixtures', '< 1 s', `${fmt(bundled.firstAnswerMs)} ms`, bundled.firstAnswerMs < 1000)
 
   await liveDataFiles({ print, target, small, large })
+
+  console.error('PostgreSQL: revocation on three replicas, reload of 1,000,000 members...')
+  const { results: pg, lines: pgLines } = await benchPostgres({ root: ROOT })
+  print()
+  for (const line of pgLines) print(line)
+  target('revocation with PostgreSQL, every one of 3 replicas (max of 20)', '< 200 ms', ms(pg.revocation.maxMs), pg.revocation.maxMs < 200)
 
   print()
   print('## Targets')

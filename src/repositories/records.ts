@@ -67,6 +67,8 @@ export function validateMembers (organization: Organization, where: string, at: 
 }
 
 function assertUnique (where: string, values: string[], field: string, at = '', echo = true) {
+  // A Set answers the common case (all unique) in one pass; the duplicate is located only when there is one.
+  if (new Set(values).size === values.length) return
   const seen = new Map<string, number>()
   values.forEach((value, index) => {
     const previous = seen.get(value)
