@@ -2,11 +2,13 @@ import Fastify, { type FastifyServerOptions } from 'fastify'
 import type { DestinationStream } from 'pino'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { AccessLogController } from './access-log.js'
+import { loadConfig, type ConnectionLimits } from './config.js'
 import type { DirectoryRepository } from './repositories/directory.js'
 import errors, { clientErrorHandler, frameworkErrors } from './plugins/errors.js'
 import auth from './plugins/auth.js'
 import openapi from './plugins/openapi.js'
 import requestId, { requestIdOf } from './plugins/request-id.js'
+import requestChecks from './plugins/request-checks.js'
 import shutdown from './plugins/shutdown.js'
 import healthRoutes from './routes/health.js'
 import providerRoutes from './routes/v1/providers.js'
@@ -27,7 +29,15 @@ interface AppOptions {
   repository: DirectoryRepository
   /** No logging unless the caller (server.ts, a test) asks for it. */
   log?: LogOptions
+  /** Timeouts and the connection cap; the defaults of src/config.ts unless given. */
+  limits?: ConnectionLimits
 }
+
+/**
+ * No route takes a body: a few bytes sent by mistake are read and dropped, anything larger is
+ * answered 413 at once (and its connection closed, so that the rest is not read either).
+ */
+export const BODY_LIMIT_BYTES = 1024
 
 function loggerOptions (log: LogOptions | undefined): FastifyServerOptions['logger'] {
   if (log === undefined) return false
@@ -41,7 +51,7 @@ function loggerOptions (log: LogOptions | undefined): FastifyServerOptions['logg
 }
 
 /** Builds the application; never listens (server.ts does, tests inject). */
-export function buildApp ({ repository, log }: AppOptions) {
+export function buildApp ({ repository, log, limits = loadConfig({}) }: AppOptions) {
   const app = Fastify({
     logger: loggerOptions(log),
     logController: new AccessLogController(),
@@ -50,26 +60,42 @@ export function buildApp ({ repository, log }: AppOptions) {
     genReqId: requestIdOf,
     // While closing, Fastify would answer requests on open connections with a 503 of its own shape;
     // they are served as usual instead (with `Connection: close`), and /ready tells the balancer.
-    return503OnClosing: false
+    return503OnClosing: false,
+    keepAliveTimeout: limits.KEEP_ALIVE_TIMEOUT_MS,
+    // Silence on a connection that is not between requests (before its first request, or while a
+    // client does not read its answer) is bounded like idleness between requests.
+    connectionTimeout: limits.KEEP_ALIVE_TIMEOUT_MS,
+    requestTimeout: limits.REQUEST_TIMEOUT_MS,
+    bodyLimit: BODY_LIMIT_BYTES,
+    http: {
+      headersTimeout: limits.HEADERS_TIMEOUT_MS,
+      // Node.js looks for requests past their timeouts every 30 s by default, which would let a
+      // 10 s limit last 40 s; once a second costs a walk over the open connections.
+      connectionsCheckingInterval: 1000,
+      // An HTTP/1.1 request without Host is refused by our hook instead (plugins/request-checks.ts):
+      // Node.js would answer a bodiless 400 with no request id and no access line.
+      requireHostHeader: false
+    }
   }).withTypeProvider<TypeBoxTypeProvider>()
+  // Past the cap Node.js closes a new connection on arrival: a flood costs a file descriptor for a
+  // moment, not memory for as long as it lasts.
+  app.server.maxConnections = limits.MAX_CONNECTIONS
 
   // Lists and member pages are serialized once at load, and the rest (errors, probes) are a few
   // bytes: JSON.stringify serves those, and start-up compiles no serializer per response schema
   // (70 ms); the response schemas still document every answer.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data))
 
-  // No route takes a body: whatever is sent is read and dropped unparsed, so that a wrong method gets
-  // its 405 (not a 400 or 415 about the body), and an anonymous caller cannot make us parse a MiB of JSON.
+  // No route takes a body: whatever is sent (up to BODY_LIMIT_BYTES) is read and dropped unparsed, so
+  // that a wrong method gets its 405 (not a 400 or 415 about the body), and an anonymous caller cannot
+  // make us parse JSON. Fastify enforces the limit on Content-Length and on the bytes received.
   app.removeAllContentTypeParsers()
-  app.addContentTypeParser('*', (_request, payload, done) => {
-    payload.on('end', () => done(null))
-    payload.on('error', done)
-    payload.resume()
-  })
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, _body, done) => done(null))
 
   app.register(errors)
   app.register(openapi)
   app.register(requestId)
+  app.register(requestChecks, { bodyLimit: BODY_LIMIT_BYTES })
   app.register(shutdown)
 
   // Outside /v1, so outside its authentication.

@@ -14,7 +14,14 @@ const ConfigSchema = Type.Object({
   PORT: Type.Integer({ default: 3000, minimum: 0, maximum: 65535 }),
   LOG_LEVEL: Type.Union(LOG_LEVELS.map((level) => Type.Literal(level)), { default: 'info' }),
   FIXTURES_DIR: Type.String({ default: BUNDLED_FIXTURES_DIR, minLength: 1 }),
-  SHUTDOWN_GRACE_MS: Type.Integer({ default: 10000, minimum: 0, description: 'How long in-flight requests may run after SIGTERM' })
+  SHUTDOWN_GRACE_MS: Type.Integer({ default: 10000, minimum: 0, description: 'How long in-flight requests may run after SIGTERM' }),
+  // Above the idle timeout of the load balancers usually in front (60 s for AWS ALB and nginx), so
+  // that the balancer, not us, closes an idle pooled connection: closing it ourselves races a
+  // request the balancer may be sending on it. Fastify's default.
+  KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ default: 72000, minimum: 1, description: 'How long a connection may stay idle' }),
+  HEADERS_TIMEOUT_MS: Type.Integer({ default: 10000, minimum: 1, description: 'How long a client may take to send a request\'s headers' }),
+  REQUEST_TIMEOUT_MS: Type.Integer({ default: 30000, minimum: 1, description: 'How long a client may take to send a whole request' }),
+  MAX_CONNECTIONS: Type.Integer({ default: 10000, minimum: 1, description: 'Connections open at once; more are closed on arrival' })
 })
 
 type Config = Static<typeof ConfigSchema>
@@ -36,5 +43,13 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
   const config = Value.Default(ConfigSchema, given)
   const error = Value.Errors(ConfigSchema, config).First()
   if (error) throw new Error(`invalid setting ${describeValueError(error)}`)
-  return config as Config
+  const valid = config as Config
+  // Node.js checks this pair only when both are given to createServer; a request cannot take less
+  // time than its own headers.
+  if (valid.HEADERS_TIMEOUT_MS > valid.REQUEST_TIMEOUT_MS) {
+    throw new Error(`invalid setting HEADERS_TIMEOUT_MS: ${valid.HEADERS_TIMEOUT_MS} is above REQUEST_TIMEOUT_MS (${valid.REQUEST_TIMEOUT_MS})`)
+  }
+  return valid
 }
+
+export type ConnectionLimits = Pick<Config, 'KEEP_ALIVE_TIMEOUT_MS' | 'HEADERS_TIMEOUT_MS' | 'REQUEST_TIMEOUT_MS' | 'MAX_CONNECTIONS'>

@@ -1,15 +1,12 @@
 import { existsSync } from 'node:fs'
 import { mkdir } from 'node:fs/promises'
-import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import { afterAll, describe, expect, it } from 'vitest'
 import { chromium, type Browser } from 'playwright-core'
 import { build } from './helper.js'
 
 describe('the reference page at /docs', () => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
-
   it('is served without a key, with its assets from this server', async () => {
-    app = build()
+    const app = build()
     const page = await app.inject({ url: '/docs' })
     expect(page.statusCode).toBe(200)
     expect(page.headers['content-type']).toBe('text/html; charset=utf-8')
@@ -31,10 +28,7 @@ const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-background-ne
 describe('the reference page at /docs, in a real browser', () => {
   const app = build()
   let browser: Browser | undefined
-  afterAll(async () => {
-    await browser?.close()
-    await app.close()
-  })
+  afterAll(() => browser?.close())
 
   it('lists the three operations, fetches nothing from outside this server, and leaves a screenshot in reports/', async () => {
     // Fails (and counts as failed) rather than skips: a page nobody has seen render is not tested.

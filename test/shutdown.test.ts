@@ -1,7 +1,7 @@
 import { connect, type Socket } from 'node:net'
 import { once } from 'node:events'
 import type { AddressInfo } from 'node:net'
-import { afterEach, describe, expect, it, vi } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { KEYS, bearer, build } from './helper.js'
 import { startServer } from './process.js'
 
@@ -27,11 +27,8 @@ async function readUntilClosed (socket: Socket) {
 }
 
 describe('graceful shutdown, in process', () => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
-
   it('finishes requests in flight while /ready answers 503 and new connections are refused', async () => {
-    app = build()
+    const app = build()
     // Hold every request in onRequest until the test lets them go: two requests are then in flight
     // for as long as the test needs, without any timing guess.
     let release!: () => void
@@ -62,7 +59,7 @@ describe('graceful shutdown, in process', () => {
   })
 
   it('serves a request that arrives on an open connection while closing, in the error shape', async () => {
-    app = build()
+    const app = build()
     let release!: () => void
     const gate = new Promise<void>((resolve) => { release = resolve })
     app.addHook('onRequest', async (request) => { if (request.url === '/v1/providers') await gate })
@@ -91,7 +88,7 @@ describe('graceful shutdown, in process', () => {
   })
 
   it('answers /ready 200 until close starts', async () => {
-    app = build()
+    const app = build()
     await app.listen({ host: '127.0.0.1', port: 0 })
     const { port } = app.server.address() as AddressInfo
     expect((await fetch(`http://127.0.0.1:${port}/ready`)).status).toBe(200)

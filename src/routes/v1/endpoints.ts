@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { DirectoryRepository } from '../../repositories/directory.js'
 import { EndpointListSchema } from '../../schemas/endpoint.js'
-import { InternalErrorResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
+import { BadRequestResponse, InternalErrorResponse, NotModifiedResponse, PayloadTooLargeResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendList } from './json.js'
 
 const endpointRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepository }> = async (app, { repository }) => {
@@ -14,7 +14,9 @@ const endpointRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepositor
       response: {
         200: EndpointListSchema,
         304: NotModifiedResponse,
+        400: BadRequestResponse('The Host header is sent more than once'),
         401: UnauthorizedResponse('Invalid API key'),
+        413: PayloadTooLargeResponse,
         500: InternalErrorResponse
       }
     }

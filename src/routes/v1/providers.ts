@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { DirectoryRepository } from '../../repositories/directory.js'
 import { ProviderListSchema } from '../../schemas/provider.js'
-import { InternalErrorResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
+import { BadRequestResponse, InternalErrorResponse, NotModifiedResponse, PayloadTooLargeResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendList } from './json.js'
 
 const providerRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepository }> = async (app, { repository }) => {
@@ -14,7 +14,9 @@ const providerRoutes: FastifyPluginAsyncTypebox<{ repository: DirectoryRepositor
       response: {
         200: ProviderListSchema,
         304: NotModifiedResponse,
+        400: BadRequestResponse('The Authorization header is sent more than once'),
         401: UnauthorizedResponse('Missing Authentication header: send Authorization: Bearer <key>'),
+        413: PayloadTooLargeResponse,
         500: InternalErrorResponse
       }
     }

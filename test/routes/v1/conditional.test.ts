@@ -1,29 +1,23 @@
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { KEYS, bearer, build, makeData, makeProvider } from '../../helper.js'
 
 describe.each(['/v1/providers', '/v1/endpoints/zdr'])('conditional GET %s', (url) => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
-
-  async function currentEtag () {
+  async function currentEtag (app: ReturnType<typeof build>) {
     const res = await app.inject({ url, headers: bearer(KEYS.alphaStandard) })
     expect(res.statusCode).toBe(200)
     return res.headers.etag as string
   }
 
   it('carries a strong ETag that stays the same while the data does', async () => {
-    app = build()
-    const etag = await currentEtag()
+    const app = build()
+    const etag = await currentEtag(app)
     expect(etag).toMatch(/^"[A-Za-z0-9_-]{43}"$/)
-    expect(await currentEtag()).toBe(etag)
+    expect(await currentEtag(app)).toBe(etag)
   })
 
   it('gives different data a different ETag', async () => {
-    app = build()
-    const before = await currentEtag()
-    await app.close()
-    app = build({ data: makeData({ providers: [makeProvider(42)], endpoints: [] }) })
-    expect(await currentEtag()).not.toBe(before)
+    const before = await currentEtag(build())
+    expect(await currentEtag(build({ data: makeData({ providers: [makeProvider(42)], endpoints: [] }) }))).not.toBe(before)
   })
 
   it.each([
@@ -32,8 +26,8 @@ describe.each(['/v1/providers', '/v1/endpoints/zdr'])('conditional GET %s', (url
     ['a list holding the tag', (etag: string) => `"other", ${etag}`],
     ['*', () => '*']
   ])('answers 304 without a body to If-None-Match with %s', async (_case, header) => {
-    app = build()
-    const etag = await currentEtag()
+    const app = build()
+    const etag = await currentEtag(app)
     const res = await app.inject({ url, headers: { ...bearer(KEYS.alphaStandard), 'if-none-match': header(etag) } })
     expect(res.statusCode).toBe(304)
     expect(res.body).toBe('')
@@ -42,15 +36,15 @@ describe.each(['/v1/providers', '/v1/endpoints/zdr'])('conditional GET %s', (url
   })
 
   it('answers 200 with the body to an If-None-Match that does not match', async () => {
-    app = build()
+    const app = build()
     const res = await app.inject({ url, headers: { ...bearer(KEYS.alphaStandard), 'if-none-match': '"stale"' } })
     expect(res.statusCode).toBe(200)
     expect(res.json().data.length).toBeGreaterThan(0)
   })
 
   it('still needs a key', async () => {
-    app = build()
-    const etag = await currentEtag()
+    const app = build()
+    const etag = await currentEtag(app)
     const res = await app.inject({ url, headers: { 'if-none-match': etag } })
     expect(res.statusCode).toBe(401)
     expect(res.headers.etag).toBeUndefined()
