@@ -3,6 +3,7 @@ import { Writable } from 'node:stream'
 import { TestRunner, onTestFinished } from 'vitest'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, type LogOptions } from '../src/app.js'
+import type { ConnectionLimits } from '../src/config.js'
 import { createDirectoryRepository, type DirectoryRepository } from '../src/repositories/directory.js'
 import type { DirectoryData } from '../src/repositories/fixtures.js'
 import type { Provider } from '../src/schemas/provider.js'
@@ -110,6 +111,7 @@ export interface BuildOptions {
   data?: DirectoryData
   repository?: DirectoryRepository
   log?: LogOptions
+  limits?: ConnectionLimits
 }
 
 /** Apps built outside a test (in beforeAll, or while a file collects its tests), closed with the file. */
@@ -120,8 +122,8 @@ const fileApps: FastifyInstance[] = []
  * (test/conformance.ts), whatever the test looks at. It is closed when the test that built it ends,
  * or at the end of its file when built outside a test (test/setup.ts).
  */
-export function build ({ data = makeData(), repository = createDirectoryRepository(data), log }: BuildOptions = {}) {
-  const app = buildApp({ repository, log })
+export function build ({ data = makeData(), repository = createDirectoryRepository(data), log, limits }: BuildOptions = {}) {
+  const app = buildApp({ repository, log, limits })
   checkResponsesAgainstDocument(app)
   if (TestRunner.getCurrentTest()) onTestFinished(() => app.close())
   else fileApps.push(app)
