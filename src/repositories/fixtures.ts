@@ -1,11 +1,11 @@
-import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { Type, type Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
-import { describeValueError } from '../schemas/describe-error.js'
+import { describeValueError, quoteValue } from '../schemas/describe-error.js'
 import { ProviderSchema } from '../schemas/provider.js'
 import { EndpointSchema } from '../schemas/endpoint.js'
 import { OrganizationSchema, ApiKeySchema } from '../schemas/fixtures.js'
+import { readJsonFile } from './json-file.js'
 
 export const FIXTURE_FILES = {
   providers: 'providers.json',
@@ -54,18 +54,7 @@ export async function loadFixtures (dir: string): Promise<DirectoryData> {
 
 async function readFixture<N extends FileName> (dir: string, name: N): Promise<DirectoryData[N]> {
   const file = FIXTURE_FILES[name]
-  let text: string
-  try {
-    text = await readFile(join(dir, file), 'utf8')
-  } catch (err) {
-    throw new FixtureError(`${file}: cannot read ${join(dir, file)} (${(err as NodeJS.ErrnoException).code ?? String(err)})`)
-  }
-  let value: unknown
-  try {
-    value = JSON.parse(text)
-  } catch (err) {
-    throw new FixtureError(`${file}: not valid JSON (${(err as Error).message})`)
-  }
+  const value = await readJsonFile(join(dir, file), file)
   const checker = checkers[name]
   if (!checker.Check(value)) {
     const first = checker.Errors(value).First()
@@ -79,7 +68,7 @@ function assertUnique (file: string, values: string[], field: string, at = '') {
   values.forEach((value, index) => {
     const previous = seen.get(value)
     if (previous !== undefined) {
-      throw new FixtureError(`${file}: ${at}[${index}].${field}: ${JSON.stringify(value)} duplicates ${at}[${previous}].${field}`)
+      throw new FixtureError(`${file}: ${at}[${index}].${field}: ${quoteValue(value, field)} duplicates ${at}[${previous}].${field}`)
     }
     seen.set(value, index)
   })
