@@ -62,8 +62,8 @@ export function buildApp ({ repository, log, limits = loadConfig({}) }: AppOptio
     // they are served as usual instead (with `Connection: close`), and /ready tells the balancer.
     return503OnClosing: false,
     keepAliveTimeout: limits.KEEP_ALIVE_TIMEOUT_MS,
-    // Silence on a connection that is not between requests (before its first request, or while a
-    // client does not read its answer) is bounded like idleness between requests.
+    // Silence on a connection that is not between requests (while a client does not read its
+    // answer) is bounded like idleness between requests.
     connectionTimeout: limits.KEEP_ALIVE_TIMEOUT_MS,
     requestTimeout: limits.REQUEST_TIMEOUT_MS,
     bodyLimit: BODY_LIMIT_BYTES,

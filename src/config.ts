@@ -21,7 +21,7 @@ const ConfigSchema = Type.Object({
   KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ default: 72000, minimum: 1, description: 'How long a connection may stay idle' }),
   HEADERS_TIMEOUT_MS: Type.Integer({ default: 10000, minimum: 1, description: 'How long a client may take to send a request\'s headers' }),
   REQUEST_TIMEOUT_MS: Type.Integer({ default: 30000, minimum: 1, description: 'How long a client may take to send a whole request' }),
-  MAX_CONNECTIONS: Type.Integer({ default: 10000, minimum: 1, description: 'Connections open at once; more are closed on arrival' })
+  MAX_CONNECTIONS: Type.Integer({ default: 8000, minimum: 1, description: 'Connections open at once; more are closed on arrival' })
 })
 
 type Config = Static<typeof ConfigSchema>

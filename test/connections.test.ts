@@ -69,7 +69,7 @@ describe('connection timeouts', () => {
   })
 
   it('holds the defaults the README gives', () => {
-    expect(defaults).toMatchObject({ KEEP_ALIVE_TIMEOUT_MS: 72000, HEADERS_TIMEOUT_MS: 10000, REQUEST_TIMEOUT_MS: 30000, MAX_CONNECTIONS: 10000 })
+    expect(defaults).toMatchObject({ KEEP_ALIVE_TIMEOUT_MS: 72000, HEADERS_TIMEOUT_MS: 10000, REQUEST_TIMEOUT_MS: 30000, MAX_CONNECTIONS: 8000 })
   })
 })
 

@@ -63,7 +63,7 @@ describe('the reference page at /docs, in a real browser', () => {
     const members = page.locator('#operations-Organization-listOrganizationMembers')
     await members.locator('.parameters').waitFor()
     expect(await members.locator('.parameter__name').allTextContents()).toEqual(['offset', 'limit'])
-    expect(await members.locator('.responses-table tbody .response-col_status').allTextContents()).toEqual(['200', '400', '401', '403', '404', '500'])
+    expect(await members.locator('.responses-table tbody .response-col_status').allTextContents()).toEqual(['200', '400', '401', '403', '404', '413', '500'])
 
     await mkdir('reports', { recursive: true })
     await page.screenshot({ path: 'reports/docs.png', fullPage: true })
