@@ -13,7 +13,7 @@ declare module 'fastify' {
  * a request the client already wrote to be read (it may sit unread in the socket while the event
  * loop is busy); short enough not to hold the shutdown up.
  */
-export const DRAIN_IDLE_MS = 1000
+const DRAIN_IDLE_MS = 1000
 
 /**
  * What graceful shutdown needs beyond Fastify's close(): a flag the readiness probe reads,

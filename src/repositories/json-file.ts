@@ -7,7 +7,7 @@ import { isUtf8 } from 'node:buffer'
  * held in memory several times over (parsed, serialized), so a larger file would not fit a
  * container anyway; and V8 cannot hold a string of 512 MiB at all.
  */
-export const MAX_FILE_BYTES = 256 * 1024 * 1024
+const MAX_FILE_BYTES = 256 * 1024 * 1024
 
 /**
  * The deepest nesting of arrays and objects accepted: the data files need 4 levels. Deeper input
