@@ -2,13 +2,14 @@ import Fastify, { type FastifyServerOptions } from 'fastify'
 import type { DestinationStream } from 'pino'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { AccessLogController } from './access-log.js'
-import { corsOrigins, loadConfig, type Config } from './config.js'
+import { corsOrigins, loadConfig, type Config, type ConnectionLimits } from './config.js'
 import type { Directory } from './repositories/directory.js'
 import errors, { clientErrorHandler, frameworkErrors } from './plugins/errors.js'
 import snapshot from './plugins/snapshot.js'
 import auth from './plugins/auth.js'
 import openapi from './plugins/openapi.js'
 import requestId, { requestIdOf } from './plugins/request-id.js'
+import requestChecks from './plugins/request-checks.js'
 import shutdown from './plugins/shutdown.js'
 import metrics from './plugins/metrics.js'
 import rateLimit from './plugins/rate-limit.js'
@@ -29,7 +30,7 @@ export interface LogOptions {
   pretty?: boolean
 }
 
-type AppSettings = Pick<Config, 'METRICS' | 'RATE_LIMIT_PER_MINUTE' | 'RATE_LIMIT_ANONYMOUS_PER_MINUTE' | 'REDIS_URL' | 'TRUST_PROXY' | 'CORS_ORIGINS'>
+type AppSettings = ConnectionLimits & Pick<Config, 'METRICS' | 'RATE_LIMIT_PER_MINUTE' | 'RATE_LIMIT_ANONYMOUS_PER_MINUTE' | 'REDIS_URL' | 'TRUST_PROXY' | 'CORS_ORIGINS'>
 
 interface AppOptions {
   /** The data served; its current view is pinned on each request. */
@@ -39,6 +40,12 @@ interface AppOptions {
   /** The defaults of config.ts for those not given. */
   settings?: Partial<AppSettings>
 }
+
+/**
+ * No route takes a body: a few bytes sent by mistake are read and dropped, anything larger is
+ * answered 413 at once (and its connection closed, so that the rest is not read either).
+ */
+export const BODY_LIMIT_BYTES = 1024
 
 function loggerOptions (log: LogOptions | undefined): FastifyServerOptions['logger'] {
   if (log === undefined) return false
@@ -72,26 +79,42 @@ export function buildApp ({ directory, log, settings }: AppOptions) {
     return503OnClosing: false,
     // request.ip, which the per-address rate limit counts by: the connection's address unless told
     // which proxies in front may name the client (X-Forwarded-For).
-    ...(config.TRUST_PROXY ? { trustProxy: trustProxy(config.TRUST_PROXY) } : {})
+    ...(config.TRUST_PROXY ? { trustProxy: trustProxy(config.TRUST_PROXY) } : {}),
+    keepAliveTimeout: config.KEEP_ALIVE_TIMEOUT_MS,
+    // Silence on a connection that is not between requests (while a client does not read its
+    // answer) is bounded like idleness between requests.
+    connectionTimeout: config.KEEP_ALIVE_TIMEOUT_MS,
+    requestTimeout: config.REQUEST_TIMEOUT_MS,
+    bodyLimit: BODY_LIMIT_BYTES,
+    http: {
+      headersTimeout: config.HEADERS_TIMEOUT_MS,
+      // Node.js looks for requests past their timeouts every 30 s by default, which would let a
+      // 10 s limit last 40 s; once a second costs a walk over the open connections.
+      connectionsCheckingInterval: 1000,
+      // An HTTP/1.1 request without Host is refused by our hook instead (plugins/request-checks.ts):
+      // Node.js would answer a bodiless 400 with no request id and no access line.
+      requireHostHeader: false
+    }
   }).withTypeProvider<TypeBoxTypeProvider>()
+  // Past the cap Node.js closes a new connection on arrival: a flood costs a file descriptor for a
+  // moment, not memory for as long as it lasts.
+  app.server.maxConnections = config.MAX_CONNECTIONS
 
   // Lists and member pages are serialized once per data snapshot, and the rest (errors, probes) are a few
   // bytes: JSON.stringify serves those, and start-up compiles no serializer per response schema
   // (70 ms); the response schemas still document every answer.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data))
 
-  // No route takes a body: whatever is sent is read and dropped unparsed, so that a wrong method gets
-  // its 405 (not a 400 or 415 about the body), and an anonymous caller cannot make us parse a MiB of JSON.
+  // No route takes a body: whatever is sent (up to BODY_LIMIT_BYTES) is read and dropped unparsed, so
+  // that a wrong method gets its 405 (not a 400 or 415 about the body), and an anonymous caller cannot
+  // make us parse JSON. Fastify enforces the limit on Content-Length and on the bytes received.
   app.removeAllContentTypeParsers()
-  app.addContentTypeParser('*', (_request, payload, done) => {
-    payload.on('end', () => done(null))
-    payload.on('error', done)
-    payload.resume()
-  })
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, _body, done) => done(null))
 
   app.register(errors)
   app.register(openapi)
   app.register(requestId)
+  app.register(requestChecks, { bodyLimit: BODY_LIMIT_BYTES })
   app.register(shutdown)
   // First of the hooks that measure, so that the time of the others counts.
   app.register(metrics, { enabled: config.METRICS, directory })

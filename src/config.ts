@@ -17,7 +17,6 @@ const ConfigSchema = Type.Object({
   // When set, the data is in PostgreSQL, and FIXTURES_DIR is not read.
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'postgresql://user:password@host:port/database' })),
   DATABASE_CONNECT_TIMEOUT_MS: Type.Integer({ default: 30000, minimum: 0, description: 'How long an unreachable database is retried at start' }),
-  SHUTDOWN_GRACE_MS: Type.Integer({ default: 10000, minimum: 0, description: 'How long in-flight requests may run after SIGTERM' }),
   METRICS: Type.Boolean({ default: true, description: 'Serve GET /metrics and measure every request' }),
   // Per key and per client address; 0 turns that limit off. High enough that a test suite never
   // meets them, low enough to stop a runaway loop from starving the other clients.
@@ -28,7 +27,15 @@ const ConfigSchema = Type.Object({
   // addresses and CIDR ranges; unset, the address of the connection.
   TRUST_PROXY: Type.Optional(Type.String({ pattern: '^([0-9]+|[0-9A-Fa-f.:/]+(,\\s*[0-9A-Fa-f.:/]+)*)$' })),
   // Browser origins allowed to call the API, or * for any.
-  CORS_ORIGINS: Type.String({ default: '', pattern: '^(\\*|(https?://[A-Za-z0-9.-]+(:[0-9]+)?(,\\s*https?://[A-Za-z0-9.-]+(:[0-9]+)?)*)?)$' })
+  CORS_ORIGINS: Type.String({ default: '', pattern: '^(\\*|(https?://[A-Za-z0-9.-]+(:[0-9]+)?(,\\s*https?://[A-Za-z0-9.-]+(:[0-9]+)?)*)?)$' }),
+  SHUTDOWN_GRACE_MS: Type.Integer({ default: 10000, minimum: 0, description: 'How long in-flight requests may run after SIGTERM' }),
+  // Above the idle timeout of the load balancers usually in front (60 s for AWS ALB and nginx), so
+  // that the balancer, not us, closes an idle pooled connection: closing it ourselves races a
+  // request the balancer may be sending on it. Fastify's default.
+  KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ default: 72000, minimum: 1, description: 'How long a connection may stay idle' }),
+  HEADERS_TIMEOUT_MS: Type.Integer({ default: 10000, minimum: 1, description: 'How long a client may take to send a request\'s headers' }),
+  REQUEST_TIMEOUT_MS: Type.Integer({ default: 30000, minimum: 1, description: 'How long a client may take to send a whole request' }),
+  MAX_CONNECTIONS: Type.Integer({ default: 8000, minimum: 1, description: 'Connections open at once; more are closed on arrival' })
 })
 
 export type Config = Static<typeof ConfigSchema>
@@ -61,5 +68,13 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
   const config = Value.Default(ConfigSchema, given)
   const error = Value.Errors(ConfigSchema, config).First()
   if (error) throw new Error(`invalid setting ${describeValueError(error)}`)
-  return config as Config
+  const valid = config as Config
+  // Node.js checks this pair only when both are given to createServer; a request cannot take less
+  // time than its own headers.
+  if (valid.HEADERS_TIMEOUT_MS > valid.REQUEST_TIMEOUT_MS) {
+    throw new Error(`invalid setting HEADERS_TIMEOUT_MS: ${valid.HEADERS_TIMEOUT_MS} is above REQUEST_TIMEOUT_MS (${valid.REQUEST_TIMEOUT_MS})`)
+  }
+  return valid
 }
+
+export type ConnectionLimits = Pick<Config, 'KEEP_ALIVE_TIMEOUT_MS' | 'HEADERS_TIMEOUT_MS' | 'REQUEST_TIMEOUT_MS' | 'MAX_CONNECTIONS'>

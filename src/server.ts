@@ -6,6 +6,14 @@ import { createFileSource } from './repositories/sources/files.js'
 import { createPostgresSource } from './repositories/sources/postgres.js'
 import type { DirectorySource } from './repositories/source.js'
 import { createLogStream } from './log-stream.js'
+import { truncate } from './truncate.js'
+
+/** One line, bounded, whatever the cause: a log collector keeps it whole, a person reads it at once. */
+function refuseToStart (error: unknown): never {
+  const message = error instanceof Error ? error.message : String(error)
+  process.stderr.write(`cannot start: ${truncate(message.replace(/\s+/g, ' ').trim(), 500)}\n`)
+  process.exit(1)
+}
 
 async function main () {
   let config
@@ -19,8 +27,7 @@ async function main () {
     data = await source.load()
   } catch (error) {
     // Bad configuration or data: say which and stop before listening.
-    process.stderr.write(`cannot start: ${(error as Error).message}\n`)
-    process.exit(1)
+    refuseToStart(error)
   }
 
   // JSON lines for log collectors; readable lines only when a person watches a terminal.
@@ -56,7 +63,12 @@ async function main () {
     await app.close()
   })
 
-  await app.listen({ host: config.HOST, port: config.PORT })
+  try {
+    await app.listen({ host: config.HOST, port: config.PORT })
+  } catch (error) {
+    // A port in use, an address this host does not have: as plain as a bad setting.
+    refuseToStart(error)
+  }
   app.log.info({ source: source.name, location: source.location, records: directory.info().records }, 'directory loaded')
   // The start-up lines are worth seeing at once, not up to a second later.
   destination?.flush()

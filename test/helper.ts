@@ -1,5 +1,7 @@
 import { createHash } from 'node:crypto'
 import { Writable } from 'node:stream'
+import { TestRunner, onTestFinished } from 'vitest'
+import type { FastifyInstance } from 'fastify'
 import { buildApp, type LogOptions } from '../src/app.js'
 import { createDirectory, type Directory } from '../src/repositories/directory.js'
 import type { DirectoryData } from '../src/repositories/records.js'
@@ -113,14 +115,25 @@ export interface BuildOptions {
   settings?: Parameters<typeof buildApp>[0]['settings']
 }
 
+/** Apps built outside a test (in beforeAll, or while a file collects its tests), closed with the file. */
+const fileApps: FastifyInstance[] = []
+
 /**
- * The app over test data; close it in afterEach/afterAll. Every response it sends is checked
- * against the served OpenAPI document (test/conformance.ts), whatever the test looks at.
+ * The app over test data. Every response it sends is checked against the served OpenAPI document
+ * (test/conformance.ts), whatever the test looks at. It is closed when the test that built it ends,
+ * or at the end of its file when built outside a test (test/setup.ts).
  */
 export function build ({ data = makeData(), directory = createDirectory('test', data), log, settings }: BuildOptions = {}) {
   const app = buildApp({ directory, log, settings })
   checkResponsesAgainstDocument(app)
+  if (TestRunner.getCurrentTest()) onTestFinished(() => app.close())
+  else fileApps.push(app)
   return app
+}
+
+/** Closes the apps built outside a test; test/setup.ts calls it after each file. */
+export function closeFileApps () {
+  return Promise.all(fileApps.splice(0).map((app) => app.close()))
 }
 
 /** A directory whose data layer fails on reading the lists and pages named: for the 500s. */

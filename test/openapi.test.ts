@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process'
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { beforeAll, describe, expect, it } from 'vitest'
 import { parse as parseYaml } from 'yaml'
 import { createDirectory, type Directory } from '../src/repositories/directory.js'
 import { KEYS, bearer, build, failingDirectory, makeData, makeProvider, sha256 } from './helper.js'
@@ -14,11 +14,8 @@ const operations = Object.entries(document.paths).flatMap(([path, methods]) =>
   Object.entries(methods).map(([method, operation]) => ({ path, method, operation })))
 
 describe('the OpenAPI document', () => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
-
   it('is served at /v1/openapi.json without a key, as OpenAPI 3.1, version 1.0.0, server /v1', async () => {
-    app = build()
+    const app = build()
     for (const headers of [{}, bearer('not-a-key')]) {
       const res = await app.inject({ url: '/v1/openapi.json', headers })
       expect(res.statusCode).toBe(200)
@@ -33,7 +30,7 @@ describe('the OpenAPI document', () => {
   })
 
   it('is served as YAML at /v1/openapi.yaml, the same document', async () => {
-    app = build()
+    const app = build()
     const res = await app.inject({ url: '/v1/openapi.yaml' })
     expect(res.statusCode).toBe(200)
     expect(res.headers['content-type']).toBe('application/yaml; charset=utf-8')
@@ -83,9 +80,9 @@ describe('the OpenAPI document', () => {
   it('documents 200 and each error status, errors with the shared Error schema, every response with a description and an example', () => {
     const statuses = Object.fromEntries(operations.map(({ operation }) => [operation.operationId, Object.keys(operation.responses)]))
     expect(statuses).toEqual({
-      listProviders: ['200', '304', '401', '429', '500'],
-      listEndpointsZdr: ['200', '304', '401', '429', '500'],
-      listOrganizationMembers: ['200', '400', '401', '403', '404', '429', '500']
+      listProviders: ['200', '304', '400', '401', '413', '429', '500'],
+      listEndpointsZdr: ['200', '304', '400', '401', '413', '429', '500'],
+      listOrganizationMembers: ['200', '400', '401', '403', '404', '413', '429', '500']
     })
     for (const { operation } of operations) {
       for (const [status, response] of Object.entries(operation.responses)) {
@@ -141,7 +138,7 @@ describe('the OpenAPI document', () => {
         checked++
       }
     }
-    expect(checked).toBe(19)
+    expect(checked).toBe(24)
   })
 })
 
@@ -155,18 +152,24 @@ describe('every documented response, provoked', () => {
   const current = createDirectory('test', data).current()
   // One request a minute per key and per address: the second of a provocation is refused.
   const limited = createDirectory('test', data)
-  const provocations: Record<string, Record<string, { key?: string, query?: string, ifNoneMatch?: string, directory?: Directory }>> = {
+  // A body of more than BODY_LIMIT_BYTES.
+  const tooLarge = 'x'.repeat(2048)
+  const provocations: Record<string, Record<string, { key?: string, query?: string, ifNoneMatch?: string, headers?: Record<string, string[]>, payload?: string, directory?: Directory }>> = {
     listProviders: {
       200: { key: KEYS.alphaStandard },
       304: { key: KEYS.alphaStandard, ifNoneMatch: current.providers().etag },
+      400: { headers: { authorization: [`Bearer ${KEYS.alphaStandard}`, 'Bearer other'] } },
       401: {},
+      413: { key: KEYS.alphaStandard, payload: tooLarge },
       429: { key: KEYS.alphaStandard, directory: limited },
       500: { key: KEYS.alphaStandard, directory: failing }
     },
     listEndpointsZdr: {
       200: { key: KEYS.alphaStandard },
       304: { key: KEYS.alphaStandard, ifNoneMatch: current.zdrEndpoints().etag },
+      400: { key: KEYS.alphaStandard, headers: { host: ['a.example', 'b.example'] } },
       401: { key: 'sk-or-v1-unknown' },
+      413: { payload: tooLarge },
       429: { key: 'sk-or-v1-unknown', directory: limited },
       500: { key: KEYS.alphaStandard, directory: failing }
     },
@@ -176,6 +179,7 @@ describe('every documented response, provoked', () => {
       401: {},
       403: { key: KEYS.alphaStandard },
       404: { key: DELETED_ORGANIZATION_KEY },
+      413: { key: KEYS.alphaManagement, payload: tooLarge },
       429: { key: KEYS.alphaManagement, query: '?limit=5', directory: limited },
       500: { key: KEYS.alphaManagement, directory: failing }
     }
@@ -187,7 +191,6 @@ describe('every documented response, provoked', () => {
     apps.set(failing, build({ directory: failing }))
     apps.set(limited, build({ directory: limited, settings: { RATE_LIMIT_PER_MINUTE: 1, RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1 } }))
   })
-  afterAll(() => Promise.all([...apps.values()].map((app) => app.close())))
 
   const cases = operations.flatMap(({ path, operation }) =>
     Object.entries(operation.responses).map(([status, response]) => ({ path, operation, status, response })))
@@ -195,9 +198,9 @@ describe('every documented response, provoked', () => {
   it.each(cases)('$operation.operationId answers $status as documented', async ({ path, operation, status, response }) => {
     const provocation = provocations[operation.operationId]?.[status]
     expect(provocation, `no test provokes ${operation.operationId} ${status}: add it here`).toBeDefined()
-    const { key, query = '', ifNoneMatch, directory } = provocation!
-    const headers = { ...(key ? bearer(key) : {}), ...(ifNoneMatch ? { 'if-none-match': ifNoneMatch } : {}) }
-    const request = { url: `${document.servers[0]!.url}${path}${query}`, headers }
+    const { key, query = '', ifNoneMatch, headers: extra, payload, directory } = provocation!
+    const headers = { ...(key ? bearer(key) : {}), ...(ifNoneMatch ? { 'if-none-match': ifNoneMatch } : {}), ...extra }
+    const request = { url: `${document.servers[0]!.url}${path}${query}`, headers, payload }
     // Over the limit: the same request once more.
     if (directory === limited) await apps.get(directory)!.inject(request)
     const res = await apps.get(directory)!.inject(request)
@@ -216,11 +219,7 @@ describe('the check of responses against the document', () => {
   it('reports a field that the document does not publish, from any test', async () => {
     // A typo in a data file that the loader would refuse, slipped past it: the wire now has a field the contract lacks.
     const app = build({ data: makeData({ providers: [{ ...makeProvider(1), headquarter: 'US' } as ReturnType<typeof makeProvider>] }) })
-    try {
-      expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(200)
-    } finally {
-      await app.close()
-    }
+    expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(200)
     const failures = takeConformanceFailures()
     expect(failures).toHaveLength(1)
     expect(failures[0]).toMatch(/GET \/v1\/providers answered 200: \/data\/0 must NOT have additional properties/)

@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { beforeAll, describe, expect, it } from 'vitest'
 import { OpenRouter } from '@openrouter/sdk'
 import { InternalServerResponseError, NotFoundResponseError, OpenRouterDefaultError, UnauthorizedResponseError } from '@openrouter/sdk/models/errors'
 import { createDirectory, type Directory } from '../src/repositories/directory.js'
@@ -53,7 +53,6 @@ describe('the official @openrouter/sdk client', () => {
   const client = (apiKey: string, serverURL = server.serverURL) => new OpenRouter({ apiKey, serverURL, retryConfig: { strategy: 'none' } })
 
   beforeAll(async () => { server = await listen(createDirectory('test', data)) })
-  afterAll(() => server.app.close())
 
   it('providers.list() answers every provider of the data, field by field', async () => {
     const res = await client(KEYS.alphaStandard).providers.list()
@@ -127,7 +126,6 @@ describe('the official @openrouter/sdk client', () => {
     beforeAll(async () => {
       failing = await listen(failingDirectory(data))
     })
-    afterAll(() => failing.app.close())
 
     it('raises InternalServerResponseError from each of the three operations', async () => {
       const sdk = client(KEYS.alphaManagement, failing.serverURL)

@@ -1,4 +1,7 @@
+import { execFileSync } from 'node:child_process'
+import { once } from 'node:events'
 import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -53,6 +56,33 @@ describe('refusing to start', () => {
     expect(output).not.toContain('listening')
   })
 
+  it('stops with one line when the port is in use, without a stack trace', async () => {
+    const holder = createServer().listen(0, '127.0.0.1')
+    await once(holder, 'listening')
+    const { port } = holder.address() as AddressInfo
+    try {
+      const { code, output } = await failToStart({ PORT: String(port) })
+      expect(code).toBe(1)
+      expect(output).toBe(`cannot start: listen EADDRINUSE: address already in use 127.0.0.1:${port}\n`)
+    } finally {
+      holder.close()
+    }
+  })
+
+  it('stops at once, naming the file, when a named pipe stands in place of a data file', async () => {
+    const piped = await mkdtemp(join(tmpdir(), 'piped-fixtures-'))
+    try {
+      await cp('fixtures', piped, { recursive: true })
+      await rm(join(piped, 'providers.json'))
+      execFileSync('mkfifo', [join(piped, 'providers.json')])
+      const { code, output } = await failToStart({ FIXTURES_DIR: piped })
+      expect(code).toBe(1)
+      expect(output).toBe(`cannot start: providers.json: ${join(piped, 'providers.json')} is not a regular file (a named pipe)\n`)
+    } finally {
+      await rm(piped, { recursive: true, force: true })
+    }
+  })
+
   it('stops when the fixtures folder does not exist', async () => {
     const { code, output } = await failToStart({ FIXTURES_DIR: join(dir, 'nope') })
     expect(code).toBe(1)
@@ -71,11 +101,14 @@ describe('refusing to start', () => {
     [{ RATE_LIMIT_ANONYMOUS_PER_MINUTE: 'lots' }, 'RATE_LIMIT_ANONYMOUS_PER_MINUTE'],
     [{ REDIS_URL: 'localhost:6379' }, 'REDIS_URL'],
     [{ TRUST_PROXY: 'yes' }, 'TRUST_PROXY'],
-    [{ CORS_ORIGINS: 'dash.example' }, 'CORS_ORIGINS']
+    [{ CORS_ORIGINS: 'dash.example' }, 'CORS_ORIGINS'],
+    [{ KEEP_ALIVE_TIMEOUT_MS: '0' }, 'KEEP_ALIVE_TIMEOUT_MS'],
+    [{ MAX_CONNECTIONS: 'many' }, 'MAX_CONNECTIONS'],
+    [{ HEADERS_TIMEOUT_MS: '60000', REQUEST_TIMEOUT_MS: '30000' }, 'HEADERS_TIMEOUT_MS']
   ])('stops on a bad setting %o, naming it', async (env, name) => {
     const { code, output } = await failToStart(env)
     expect(code).toBe(1)
     expect(output).toContain(name)
-    expect(output).not.toMatch(/\n\s+at /)
+    expect(output).toMatch(/^cannot start: [^\n]+\n$/)
   })
 })

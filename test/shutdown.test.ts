@@ -1,20 +1,26 @@
 import { connect, type Socket } from 'node:net'
 import { once } from 'node:events'
+import { setImmediate as nextTurn } from 'node:timers/promises'
 import type { AddressInfo } from 'node:net'
-import { afterEach, describe, expect, it, vi } from 'vitest'
-import { KEYS, bearer, build } from './helper.js'
+import { describe, expect, it } from 'vitest'
+import { KEYS, bearer, build, makeData } from './helper.js'
 import { startServer } from './process.js'
+import { parseAnswer } from './raw-http.js'
 
-/** Resolves once a new TCP connection to the port is refused. */
+/**
+ * Resolves once a new TCP connection to the port is refused. Another process gives no other sign
+ * that it has stopped listening: ask again until it has (the test's own timeout bounds the wait).
+ */
 async function refusesConnections (port: number) {
-  await vi.waitFor(async () => {
+  for (;;) {
     const outcome = await new Promise((resolve) => {
       const socket = connect(port, '127.0.0.1')
       socket.on('connect', () => { socket.destroy(); resolve('accepted') })
       socket.on('error', (error: NodeJS.ErrnoException) => resolve(error.code))
     })
-    expect(outcome).toBe('ECONNREFUSED')
-  }, { timeout: 5000, interval: 20 })
+    if (outcome === 'ECONNREFUSED') return
+    await nextTurn()
+  }
 }
 
 /** Reads one whole HTTP/1.1 answer (the server closes the connection after it while shutting down). */
@@ -27,24 +33,26 @@ async function readUntilClosed (socket: Socket) {
 }
 
 describe('graceful shutdown, in process', () => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
-
   it('finishes requests in flight while /ready answers 503 and new connections are refused', async () => {
-    app = build()
+    const app = build()
     // Hold every request in onRequest until the test lets them go: two requests are then in flight
     // for as long as the test needs, without any timing guess.
     let release!: () => void
     const gate = new Promise<void>((resolve) => { release = resolve })
     let arrived = 0
-    app.addHook('onRequest', async () => { arrived++; await gate })
+    let bothArrived!: () => void
+    const inFlight = new Promise<void>((resolve) => { bothArrived = resolve })
+    app.addHook('onRequest', async () => {
+      if (++arrived === 2) bothArrived()
+      await gate
+    })
     await app.listen({ host: '127.0.0.1', port: 0 })
     const { port } = app.server.address() as AddressInfo
     const base = `http://127.0.0.1:${port}`
 
     const listing = fetch(`${base}/v1/providers`, { headers: bearer(KEYS.alphaStandard) })
     const probe = fetch(`${base}/ready`)
-    await vi.waitFor(() => expect(arrived).toBe(2))
+    await inFlight
 
     const closed = app.close()
     await refusesConnections(port)
@@ -62,20 +70,28 @@ describe('graceful shutdown, in process', () => {
   })
 
   it('serves a request that arrives on an open connection while closing, in the error shape', async () => {
-    app = build()
+    const app = build()
     let release!: () => void
     const gate = new Promise<void>((resolve) => { release = resolve })
-    app.addHook('onRequest', async (request) => { if (request.url === '/v1/providers') await gate })
+    let heldArrived!: () => void
+    const holding = new Promise<void>((resolve) => { heldArrived = resolve })
+    app.addHook('onRequest', async (request) => {
+      if (request.url !== '/v1/providers') return
+      heldArrived()
+      await gate
+    })
     await app.listen({ host: '127.0.0.1', port: 0 })
     const { port } = app.server.address() as AddressInfo
     // Keeps close() from finishing while the second request comes in.
-    const held = fetch(`http://127.0.0.1:${port}/v1/providers`)
+    // (With a key: the gate runs after authentication.)
+    const held = fetch(`http://127.0.0.1:${port}/v1/providers`, { headers: bearer(KEYS.alphaStandard) })
+    await holding
 
-    // Half a request: the connection is busy, so close() leaves it open, and the rest arrives after.
+    // Half a request, on a connection the server has accepted; the rest arrives after close() began.
+    const accepted = once(app.server, 'connection')
     const socket = connect(port, '127.0.0.1')
-    await once(socket, 'connect')
+    await accepted
     socket.write('GET /ready HTTP/1.1\r\nHost: test\r\n')
-    await new Promise((resolve) => setTimeout(resolve, 50))
     const closed = app.close()
     await refusesConnections(port)
     const answer = readUntilClosed(socket)
@@ -86,12 +102,59 @@ describe('graceful shutdown, in process', () => {
     expect(text).toMatch(/\r\n\r\n\{"error":\{"code":503,"message":"Shutting down"\}\}$/)
 
     release()
-    expect((await held).status).toBe(401)
+    expect((await held).status).toBe(200)
     await closed
   })
 
+  // Under load, a request the client has written may still sit unread in its socket when close()
+  // begins; the connection looks idle then. Destroying it resets the connection and loses the request.
+  it('loses no request written on an open connection, over 20 shutdowns under load', async () => {
+    const connections = 50
+    const request = `GET /v1/providers HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${KEYS.alphaStandard}\r\n\r\n`
+    const totals = { answered: 0, lost: 0, answeredWithClose: 0 }
+    for (let run = 0; run < 20; run++) {
+      const app = build({ data: makeData() })
+      await app.listen({ host: '127.0.0.1', port: 0 })
+      const { port } = app.server.address() as AddressInfo
+      const sockets: Array<Socket & { answered?: number }> = []
+      let closing: Promise<undefined> | undefined
+      // Each connection sends its next request as soon as it has the answer to the previous one; once
+      // every connection has had an answer, the next answer starts the close.
+      const clients = Array.from({ length: connections }, () => new Promise<void>((resolve) => {
+        const socket: Socket & { answered?: number } = connect(port, '127.0.0.1')
+        sockets.push(socket)
+        let text = ''
+        let outstanding = false
+        const send = () => { outstanding = true; socket.write(request) }
+        socket.on('connect', send)
+        socket.on('data', (chunk) => {
+          text += chunk.toString('latin1')
+          for (let answer = parseAnswer(text); answer !== undefined; answer = parseAnswer(text)) {
+            text = text.slice(text.indexOf('\r\n\r\n') + 4 + answer.body.length)
+            outstanding = false
+            totals.answered++
+            socket.answered = (socket.answered ?? 0) + 1
+            expect(answer.status).toBe(200)
+            if (answer.headers.connection === 'close') { totals.answeredWithClose++; return }
+            if (closing === undefined && sockets.length === connections && sockets.every((s) => s.answered)) closing = app.close()
+            send()
+          }
+        })
+        socket.on('error', () => {})
+        socket.on('close', () => {
+          if (outstanding) totals.lost++
+          resolve()
+        })
+      }))
+      await Promise.all(clients)
+      await closing
+    }
+    // Every connection got its last answer with `Connection: close`, and then was closed by us.
+    expect(totals).toEqual({ answered: expect.any(Number), lost: 0, answeredWithClose: 20 * connections })
+  })
+
   it('answers /ready 200 until close starts', async () => {
-    app = build()
+    const app = build()
     await app.listen({ host: '127.0.0.1', port: 0 })
     const { port } = app.server.address() as AddressInfo
     expect((await fetch(`http://127.0.0.1:${port}/ready`)).status).toBe(200)
@@ -131,10 +194,8 @@ describe('graceful shutdown of the server process', () => {
   it('exits 1 once SHUTDOWN_GRACE_MS has passed with a request still in flight, and says so in the log', async () => {
     const server = await startServer({ SHUTDOWN_GRACE_MS: '300' })
     const { socket } = await startSlowUpload(server.url)
-    const started = Date.now()
     server.process.kill('SIGTERM')
     expect(await server.exited).toBe(1)
-    expect(Date.now() - started).toBeLessThan(5000)
     socket.destroy()
     const lines = server.output().trim().split('\n').map((line) => JSON.parse(line))
     expect(lines.at(-1)).toMatchObject({ level: 50, msg: 'killed by timeout (300ms)' })

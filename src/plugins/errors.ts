@@ -1,10 +1,17 @@
-import { STATUS_CODES } from 'node:http'
+import { STATUS_CODES, type IncomingMessage } from 'node:http'
 import fp from 'fastify-plugin'
 import type { Socket } from 'node:net'
+import type { Duplex } from 'node:stream'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ErrorSchema } from '../schemas/common.js'
-import { logRequestCompleted } from '../access-log.js'
-import { REQUEST_ID_HEADER } from './request-id.js'
+import { logRawAnswer, logRequestCompleted } from '../access-log.js'
+import { truncate } from '../truncate.js'
+import { REQUEST_ID_HEADER, newRequestId } from './request-id.js'
+
+/** How much of a path or a value a message echoes back: enough to recognise it, never a flood. */
+export const ECHO_MAX = 200
+/** A 4xx message, whatever it quotes, stays one short line. */
+const MESSAGE_MAX = 512
 
 /** The body every non-2xx answer carries; `code` always equals the HTTP status. */
 export function errorBody (code: number, message: string) {
@@ -25,6 +32,13 @@ function validationMessage (error: FastifyError): string {
   return error.message
 }
 
+/** A body was announced and has not all arrived (`complete` is also false, for a moment, without a body). */
+function hasUnreadBody (request: FastifyRequest): boolean {
+  const { headers } = request
+  const announced = headers['transfer-encoding'] !== undefined || (headers['content-length'] !== undefined && headers['content-length'] !== '0')
+  return announced && !request.raw.complete
+}
+
 /** 4xx keep their clear message; a 5xx says only its status, and its real cause goes to the log. */
 function sendError (error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
   const status = statusOf(error)
@@ -32,7 +46,10 @@ function sendError (error: FastifyError, request: FastifyRequest, reply: Fastify
     request.log.error({ err: error }, 'request failed')
     return reply.code(status).send(errorBody(status, STATUS_CODES[status] ?? 'Internal Server Error'))
   }
-  return reply.code(status).send(errorBody(status, error.validation ? validationMessage(error) : error.message))
+  // Answered before the body was read (too large, or refused before it was needed): closing the
+  // connection is the only way not to read the rest, which Node.js would otherwise read to the end.
+  if (hasUnreadBody(request)) reply.header('connection', 'close')
+  return reply.code(status).send(errorBody(status, truncate(error.validation ? validationMessage(error) : error.message, MESSAGE_MAX)))
 }
 
 /**
@@ -40,22 +57,53 @@ function sendError (error: FastifyError, request: FastifyRequest, reply: Fastify
  * `frameworkErrors`): this answer gets our shape, the request id and its access line by hand.
  */
 export function frameworkErrors (error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
-  sendError(error, request, reply.header(REQUEST_ID_HEADER, request.id))
+  // Fastify's message quotes the whole URL, up to 16 KiB of it.
+  const bounded = error.code === 'FST_ERR_BAD_URL' ? Object.assign(error, { message: `'${truncate(request.url, ECHO_MAX)}' is not a valid url component` }) : error
+  sendError(bounded, request, reply.header(REQUEST_ID_HEADER, request.id))
   logRequestCompleted(request, reply)
 }
 
+/** An answer in the error shape written on a raw socket, which is then closed: there is no reply object. */
+function writeRawError (socket: Socket, requestId: string, status: number, message: string, extraHeaders = '') {
+  const body = JSON.stringify(errorBody(status, message))
+  socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+    `${REQUEST_ID_HEADER}: ${requestId}\r\n${extraHeaders}Connection: close\r\n\r\n${body}`)
+}
+
+/** Node.js's parser refusals that have a status of their own; every other one is a 400. */
+const CLIENT_ERROR_STATUS: Record<string, number> = {
+  ERR_HTTP_REQUEST_TIMEOUT: 408,
+  HPE_HEADER_OVERFLOW: 431
+}
+
 /**
- * Node answers a request it cannot even parse (bad HTTP, headers too large, timeout) on the raw
- * socket (option `clientErrorHandler`); same shape, written by hand because there is no reply.
+ * Node answers a request it cannot even parse (bad HTTP, a smuggling attempt, headers too large,
+ * a timeout) on the raw socket (option `clientErrorHandler`): same shape, with a request id and an
+ * access line like any answer, written by hand because there is no request. `this` is the app.
  */
-export function clientErrorHandler (error: Error & { code?: string }, socket: Socket) {
+export function clientErrorHandler (this: FastifyInstance, error: Error & { code?: string, reason?: string }, socket: Socket) {
   if (error.code === 'ECONNRESET' || socket.destroyed) return
-  const status = error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : error.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400
-  const body = JSON.stringify(errorBody(status, STATUS_CODES[status] ?? 'Bad Request'))
-  if (socket.writable) {
-    socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${body}`)
-  }
-  socket.destroy(error)
+  const status = CLIENT_ERROR_STATUS[error.code ?? ''] ?? 400
+  const requestId = newRequestId()
+  // The parser's reason is its own fixed text ("Invalid header value char"), never the client's bytes.
+  const message = `${STATUS_CODES[status]}${error.reason ? `: ${error.reason}` : ''}`
+  // A request timeout can strike while the request is being answered: no second answer then.
+  const answering = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true
+  if (socket.writable && !answering) writeRawError(socket, requestId, status, message)
+  logRawAnswer(this.log, { reqId: requestId, statusCode: status, clientError: error.code })
+  socket.destroySoon()
+}
+
+/**
+ * CONNECT asks us to be a proxy; Node.js emits it apart from other requests and, without a
+ * listener, closes the connection without a word. It gets a 405 like any other method.
+ */
+function answerConnect (app: FastifyInstance, request: IncomingMessage, socket: Socket) {
+  const requestId = newRequestId()
+  socket.on('error', () => {})
+  writeRawError(socket, requestId, 405, `Method CONNECT is not allowed on ${truncate(request.url ?? '', ECHO_MAX)}; use GET`, 'Allow: GET, HEAD\r\n')
+  logRawAnswer(app.log, { reqId: requestId, statusCode: 405, method: request.method, url: request.url })
+  socket.destroySoon()
 }
 
 async function errorsPlugin (app: FastifyInstance) {
@@ -63,15 +111,18 @@ async function errorsPlugin (app: FastifyInstance) {
   app.addSchema(ErrorSchema)
 
   app.setErrorHandler(sendError)
+  // Node.js hands a net.Socket; its type says only Duplex.
+  app.server.on('connect', (request: IncomingMessage, socket: Duplex) => answerConnect(app, request, socket as Socket))
 
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?', 1)[0] ?? request.url
+    const shown = truncate(path, ECHO_MAX)
     // Every route is read-only: a known path asked with another method is a 405, not a 404.
     if (request.method !== 'GET' && request.method !== 'HEAD' && app.hasRoute({ method: 'GET', url: path })) {
       return reply.code(405).header('allow', 'GET, HEAD')
-        .send(errorBody(405, `Method ${request.method} is not allowed on ${path}; use GET`))
+        .send(errorBody(405, `Method ${request.method} is not allowed on ${shown}; use GET`))
     }
-    return reply.code(404).send(errorBody(404, `Not found: ${request.method} ${path}`))
+    return reply.code(404).send(errorBody(404, `Not found: ${request.method} ${shown}`))
   })
 }
 

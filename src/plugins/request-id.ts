@@ -21,7 +21,12 @@ let sequence = 0
  */
 export function requestIdOf (request: IncomingMessage): string {
   const incoming = request.headers[REQUEST_ID_HEADER]
-  return typeof incoming === 'string' && WELL_FORMED.test(incoming) ? incoming : `${processPrefix}-${(++sequence).toString(36)}`
+  return typeof incoming === 'string' && WELL_FORMED.test(incoming) ? incoming : newRequestId()
+}
+
+/** A new id, for the answers Node.js makes before there is a request (unparsable requests). */
+export function newRequestId (): string {
+  return `${processPrefix}-${(++sequence).toString(36)}`
 }
 
 /** Every answer carries its request id, so that a client can quote it and we can find the log line. */

@@ -1,6 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
-import { describeValueError } from '../schemas/describe-error.js'
+import { describeValueError, quoteValue } from '../schemas/describe-error.js'
 import { ProviderSchema } from '../schemas/provider.js'
 import { EndpointSchema } from '../schemas/endpoint.js'
 import { OrganizationSchema, ApiKeySchema } from '../schemas/fixtures.js'
@@ -54,7 +54,7 @@ export function validateRecords<K extends RecordKind> (kind: K, value: unknown, 
 export function validateDirectory (data: DirectoryData, where: { [kind in RecordKind]: string }): DirectoryData {
   assertUnique(where.providers, data.providers.map((provider) => provider.slug), 'slug')
   assertUnique(where.organizations, data.organizations.map((organization) => organization.id), 'id')
-  assertUnique(where.keys, data.keys.map((key) => key.sha256), 'sha256', '', false)
+  assertUnique(where.keys, data.keys.map((key) => key.sha256), 'sha256')
   // Operators revoke a key by its name: a name must say which record.
   assertUnique(where.keys, data.keys.map((key) => key.name), 'name')
   data.organizations.forEach((organization, index) => validateMembers(organization, where.organizations, `[${index}].members`))
@@ -66,16 +66,15 @@ export function validateMembers (organization: Organization, where: string, at: 
   assertUnique(where, organization.members.map((member) => member.id), 'id', at)
 }
 
-function assertUnique (where: string, values: string[], field: string, at = '', echo = true) {
+function assertUnique (where: string, values: string[], field: string, at = '') {
   // A Set answers the common case (all unique) in one pass; the duplicate is located only when there is one.
   if (new Set(values).size === values.length) return
   const seen = new Map<string, number>()
   values.forEach((value, index) => {
     const previous = seen.get(value)
     if (previous !== undefined) {
-      // A key hash is a secret: say where the duplicate is, never what it is.
-      const shown = echo ? `${JSON.stringify(value)} ` : ''
-      throw new DataError(`${where}: ${at}[${index}].${field}: ${shown}duplicates ${at}[${previous}].${field}`)
+      // Bounded, and never a key hash: say where the duplicate is.
+      throw new DataError(`${where}: ${at}[${index}].${field}: ${quoteValue(value, field)} duplicates ${at}[${previous}].${field}`)
     }
     seen.set(value, index)
   })

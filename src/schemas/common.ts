@@ -58,3 +58,13 @@ export const TooManyRequestsResponse = Type.Unsafe<ErrorBody>({
 
 /** 500 on every operation. */
 export const InternalErrorResponse = ErrorResponse(500, 'Unexpected server error', 'Internal Server Error')
+
+/** Why any operation may answer 400, whatever its parameters. */
+const MALFORMED_HEADERS = 'a repeated Host or Authorization header, or no Host header in HTTP/1.1'
+
+/** 400 on every operation; `also` names the operation's own reasons. */
+export const BadRequestResponse = (exampleMessage: string, also?: string) =>
+  ErrorResponse(400, `The request is malformed: ${also ? `${also}; or ` : ''}${MALFORMED_HEADERS}`, exampleMessage)
+
+/** 413 on every operation: none takes a body, and a large one is not read (app.ts, BODY_LIMIT_BYTES). */
+export const PayloadTooLargeResponse = ErrorResponse(413, 'The request carries a body of more than 1 KiB; no operation takes a body', 'Request body is too large')

@@ -1,6 +1,27 @@
 import type { TSchema } from '@sinclair/typebox'
 import { ValueErrorType, type ValueError } from '@sinclair/typebox/errors'
 import { COUNTRY_CODE_FORMAT } from './formats.js'
+import { truncate } from '../truncate.js'
+
+/** Fields whose value a message never shows: a key's hash is as good as the key to whoever holds a copy of it. */
+const SECRET_FIELDS = new Set(['sha256'])
+
+/** How much of a value a message quotes. */
+const QUOTED_MAX = 80
+
+/**
+ * A value as a message may show it: a scalar quoted and bounded, an array or an object only named
+ * (it may be the whole file, and hold key hashes), a secret field's value not at all.
+ */
+export function quoteValue (value: unknown, field?: string): string {
+  if (field !== undefined && SECRET_FIELDS.has(field)) return 'the value'
+  if (Array.isArray(value)) return `an array of ${value.length} items`
+  if (value !== null && typeof value === 'object') return 'an object'
+  return truncate(JSON.stringify(value) ?? String(value), QUOTED_MAX)
+}
+
+/** The last field name of a value pointer (`/3/sha256` gives `sha256`). */
+const fieldOf = (pointer: string) => pointer.slice(pointer.lastIndexOf('/') + 1)
 
 /** `/3/datacenters/1` becomes `[3].datacenters[1]`, the way a reader points into the file. */
 function formatPath (pointer: string): string {
@@ -13,7 +34,7 @@ export function describeValueError (error: ValueError): string {
   if (error.type === ValueErrorType.Union) {
     const choices = (error.schema.anyOf as TSchema[]).map((branch) => branch.const)
     if (choices.every((choice) => choice !== undefined)) {
-      return `${formatPath(error.path)}: ${JSON.stringify(error.value)} is not one of ${choices.map((c) => JSON.stringify(c)).join(', ')}`
+      return `${formatPath(error.path)}: ${quoteValue(error.value, fieldOf(error.path))} is not one of ${choices.map((c) => JSON.stringify(c)).join(', ')}`
     }
     const branches = error.errors.map((iterator) => iterator.First()).filter((e): e is ValueError => e !== undefined)
     const informative = branches.find((e) => e.type !== ValueErrorType.Null) ?? branches[0]
@@ -24,7 +45,7 @@ export function describeValueError (error: ValueError): string {
 }
 
 function explain (error: ValueError): string {
-  const value = JSON.stringify(error.value)
+  const value = quoteValue(error.value, fieldOf(error.path))
   switch (error.type) {
     case ValueErrorType.ObjectRequiredProperty:
       return 'is required'

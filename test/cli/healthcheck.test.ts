@@ -1,6 +1,8 @@
 import { execFile } from 'node:child_process'
+import { once } from 'node:events'
+import { createServer, type AddressInfo } from 'node:net'
 import { describe, expect, it } from 'vitest'
-import { freePort, startServer } from '../process.js'
+import { startServer } from '../process.js'
 
 /** Runs dist/cli/healthcheck.js as the image's HEALTHCHECK does; answers its exit code and stderr. */
 function healthcheck (env: Record<string, string>) {
@@ -26,9 +28,17 @@ describe('the container health check', () => {
   })
 
   it('exits 1 and says why when nothing answers', async () => {
-    const port = await freePort()
-    const { code, stderr } = await healthcheck({ PORT: String(port) })
-    expect(code).toBe(1)
-    expect(stderr).toBe(`unhealthy: fetch failed (connect ECONNREFUSED 127.0.0.1:${port})\n`)
+    // A port that no other process can take while the check runs: ours on 127.0.0.1 (which also
+    // keeps anyone from the wildcard address), asked on 127.0.0.2, where nothing listens.
+    const holder = createServer().listen(0, '127.0.0.1')
+    await once(holder, 'listening')
+    const { port } = holder.address() as AddressInfo
+    try {
+      const { code, stderr } = await healthcheck({ HOST: '127.0.0.2', PORT: String(port) })
+      expect(code).toBe(1)
+      expect(stderr).toBe(`unhealthy: fetch failed (connect ECONNREFUSED 127.0.0.2:${port})\n`)
+    } finally {
+      holder.close()
+    }
   })
 })

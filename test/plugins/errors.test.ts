@@ -1,14 +1,12 @@
-import { connect } from 'node:net'
-import { once } from 'node:events'
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { KEYS, bearer, build, captureLogs, failingDirectory, makeData } from '../helper.js'
+import { portOf, rawRequest } from '../raw-http.js'
+
+const accessLines = (lines: Array<Record<string, unknown>>) => lines.filter((line) => line.msg === 'request completed')
 
 describe('the error shape', () => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
-
   it.each(['/v1/nothing-here', '/nothing-here', '/', '/v1', '/v2/providers'])('answers 404 with the error shape for %s', async (url) => {
-    app = build()
+    const app = build()
     const res = await app.inject({ url, headers: bearer(KEYS.alphaManagement) })
     expect(res.statusCode).toBe(404)
     expect(res.headers['content-type']).toBe('application/json; charset=utf-8')
@@ -16,7 +14,7 @@ describe('the error shape', () => {
   })
 
   it.each(['POST', 'PUT', 'PATCH', 'DELETE'] as const)('answers %s on a known path with 405 and Allow', async (method) => {
-    app = build()
+    const app = build()
     const res = await app.inject({ method, url: '/v1/organization/members?limit=5', headers: bearer(KEYS.alphaManagement) })
     expect(res.statusCode).toBe(405)
     expect(res.headers.allow).toBe('GET, HEAD')
@@ -26,16 +24,16 @@ describe('the error shape', () => {
   // No route takes a body, so none is parsed: the method is what is wrong, whatever the body says.
   it.each([
     ['malformed JSON', 'application/json', '{"broken'],
-    ['a content type nobody parses', 'application/x-whatever', 'x'.repeat(2 * 1024 * 1024)]
+    ['a content type nobody parses', 'application/x-whatever', 'x'.repeat(1024)]
   ])('answers a wrong method with %s as body with 405, without a key', async (_case, contentType, payload) => {
-    app = build()
+    const app = build()
     const res = await app.inject({ method: 'POST', url: '/v1/providers', headers: { 'content-type': contentType }, payload })
     expect(res.statusCode).toBe(405)
     expect(res.json()).toEqual({ error: { code: 405, message: 'Method POST is not allowed on /v1/providers; use GET' } })
   })
 
   it('answers HEAD like GET, without a body', async () => {
-    app = build()
+    const app = build()
     const res = await app.inject({ method: 'HEAD', url: '/v1/providers', headers: bearer(KEYS.alphaManagement) })
     expect(res.statusCode).toBe(200)
     expect(res.body).toBe('')
@@ -44,7 +42,7 @@ describe('the error shape', () => {
   it('answers 500 with a generic message when the data layer fails, and logs the cause with the request id', async () => {
     const failure = new Error('disk on fire at /var/secret/path')
     const logs = captureLogs()
-    app = build({ directory: failingDirectory(makeData(), failure, ['providers', 'memberPageJson']), log: logs.log })
+    const app = build({ directory: failingDirectory(makeData(), failure, ['providers', 'memberPageJson']), log: logs.log })
     for (const url of ['/v1/providers', '/v1/organization/members']) {
       const res = await app.inject({ url, headers: bearer(KEYS.alphaManagement) })
       expect(res.statusCode).toBe(500)
@@ -63,7 +61,7 @@ describe('the error shape', () => {
 
   it('writes one access line per request, with method, path, status, duration and request id', async () => {
     const logs = captureLogs()
-    app = build({ log: logs.log })
+    const app = build({ log: logs.log })
     const requests = [
       { url: '/v1/providers?x=1', headers: bearer(KEYS.alphaManagement), status: 200 },
       { url: '/v1/missing', headers: bearer(KEYS.alphaManagement), status: 404 },
@@ -83,28 +81,105 @@ describe('the error shape', () => {
   })
 
   it.each(['/v1/providers%', '/%E0%A4%A'])('answers a malformed URL %s with 400 and the error shape', async (url) => {
-    app = build()
+    const app = build()
     const res = await app.inject({ url, headers: bearer(KEYS.alphaManagement) })
     expect(res.statusCode).toBe(400)
     expect(res.json()).toEqual({ error: { code: 400, message: `'${url}' is not a valid url component` } })
   })
 
   // Requests Node cannot parse never reach Fastify's router: only a real socket shows the answer.
+  const H = 'GET /health HTTP/1.1\r\nHost: test\r\n'
+  const CHUNKED_POST = 'POST /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n'
   it.each([
     ['garbage instead of HTTP', 'NOT HTTP AT ALL\r\n\r\n', 400],
-    ['headers larger than Node accepts', `GET /v1/providers HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20000)}\r\n\r\n`, 431]
-  ])('answers %s with the error shape', async (_case, raw, status) => {
-    app = build()
-    const address = await app.listen({ host: '127.0.0.1', port: 0 })
-    const socket = connect(Number(new URL(address).port), '127.0.0.1')
-    let answer = ''
-    socket.on('data', (chunk) => { answer += chunk })
-    socket.on('error', () => {})
-    socket.write(raw)
-    await once(socket, 'close')
-    const [head, body] = answer.split('\r\n\r\n')
-    expect(head).toMatch(new RegExp(`^HTTP/1.1 ${status} `))
-    expect(head).toContain('Content-Type: application/json')
-    expect(JSON.parse(body!)).toEqual({ error: { code: status, message: expect.any(String) } })
+    ['Content-Length and Transfer-Encoding both (smuggling)', `${H}Content-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, 400],
+    ['two different Content-Length headers (smuggling)', `${H}Content-Length: 1\r\nContent-Length: 2\r\n\r\nab`, 400],
+    ['a Transfer-Encoding that does not end in chunked', `${H}Transfer-Encoding: chunked, identity\r\n\r\n`, 400],
+    ['an unknown Transfer-Encoding', `${H}Transfer-Encoding: xchunked\r\n\r\n`, 400],
+    ['a space before the colon', `${H}Content-Length : 1\r\n\r\na`, 400],
+    ['a folded header line', `${H}X-A: a\r\n b\r\n\r\n`, 400],
+    ['a folded Transfer-Encoding', `${H}Transfer-Encoding:\r\n chunked\r\n\r\n`, 400],
+    ['a space in a header name', `${H}X A: b\r\n\r\n`, 400],
+    ['a header line starting with a space', `${H} X-A: b\r\n\r\n`, 400],
+    ['bare LF line ends', 'GET /health HTTP/1.1\nHost: test\n\n', 400],
+    ['a CR alone in a header value', `${H}X-A: a\rb\r\n\r\n`, 400],
+    ['a NUL in a header value', `${H}X-A: a\0b\r\n\r\n`, 400],
+    ['a Content-Length that is not a number', `${H}Content-Length: abc\r\n\r\n`, 400],
+    ['a negative Content-Length', `${H}Content-Length: -1\r\n\r\n`, 400],
+    ['a chunk size that is not hex', `${CHUNKED_POST}zz\r\n`, 400],
+    ['a chunk without its CRLF', `${CHUNKED_POST}1\r\nxx0\r\n\r\n`, 400],
+    ['a malformed chunk extension', `${CHUNKED_POST}1;a"b\r\nx\r\n0\r\n\r\n`, 400],
+    ['a method Node does not know', 'FOO /health HTTP/1.1\r\nHost: test\r\n\r\n', 400],
+    ['a space in the method', 'GE T /health HTTP/1.1\r\nHost: test\r\n\r\n', 400],
+    ['an unknown HTTP version', 'GET /health HTTP/9.9\r\nHost: test\r\n\r\n', 400],
+    ['a space in the URL', 'GET /he alth HTTP/1.1\r\nHost: test\r\n\r\n', 400],
+    ['a control character in the URL', 'GET /he\x01alth HTTP/1.1\r\nHost: test\r\n\r\n', 400],
+    ['the HTTP/2 preface', 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 400],
+    ['headers larger than Node accepts', `${H}X-Big: ${'a'.repeat(20000)}\r\n\r\n`, 431],
+    ['more header lines than Node accepts', `${H}${Array.from({ length: 3000 }, (_, i) => `X-${i}: a\r\n`).join('')}\r\n`, 431]
+  ])('answers %s in the error shape, with a request id and an access line', async (_case, raw, status) => {
+    const logs = captureLogs()
+    const app = build({ log: logs.log })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { answer, keptOpen } = await rawRequest(portOf(app), raw)
+    expect(answer?.status).toBe(status)
+    expect(answer?.headers['content-type']).toBe('application/json; charset=utf-8')
+    expect(JSON.parse(answer!.body)).toEqual({ error: { code: status, message: expect.stringMatching(/^(Bad Request|Request Header Fields Too Large): /) } })
+    expect(keptOpen).toBe(false)
+    const id = answer!.headers['x-request-id']
+    expect(id).toBeTruthy()
+    expect(accessLines(logs.lines)).toEqual([expect.objectContaining({ reqId: id, statusCode: status, msg: 'request completed', clientError: expect.stringMatching(/^HPE_/) })])
+  })
+
+  it('answers an HTTP/1.1 request without Host with 400 in the error shape, and serves HTTP/1.0 without one', async () => {
+    const logs = captureLogs()
+    const app = build({ log: logs.log })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { answer } = await rawRequest(portOf(app), `GET /v1/providers HTTP/1.1\r\nAuthorization: Bearer ${KEYS.alphaManagement}\r\n\r\n`)
+    expect(answer?.status).toBe(400)
+    expect(JSON.parse(answer!.body)).toEqual({ error: { code: 400, message: 'Missing Host header: HTTP/1.1 requires one' } })
+    expect(accessLines(logs.lines)).toEqual([expect.objectContaining({ reqId: answer!.headers['x-request-id'], statusCode: 400, url: '/v1/providers' })])
+    const old = await rawRequest(portOf(app), `GET /v1/providers HTTP/1.0\r\nAuthorization: Bearer ${KEYS.alphaManagement}\r\n\r\n`)
+    expect(old.answer?.status).toBe(200)
+  })
+
+  it('answers CONNECT with 405 in the error shape, with a request id and an access line', async () => {
+    const logs = captureLogs()
+    const app = build({ log: logs.log })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { answer, keptOpen } = await rawRequest(portOf(app), 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n')
+    expect(answer?.status).toBe(405)
+    expect(answer?.headers.allow).toBe('GET, HEAD')
+    expect(JSON.parse(answer!.body)).toEqual({ error: { code: 405, message: 'Method CONNECT is not allowed on example.com:443; use GET' } })
+    expect(keptOpen).toBe(false)
+    expect(accessLines(logs.lines)).toEqual([expect.objectContaining({ reqId: answer!.headers['x-request-id'], statusCode: 405, method: 'CONNECT', url: 'example.com:443' })])
+  })
+})
+
+describe('bounded echoes', () => {
+  const long = `/v1/${'a'.repeat(15000)}`
+
+  it('logs at most 1 KiB of a 15 KB URL', async () => {
+    const logs = captureLogs()
+    const app = build({ log: logs.log })
+    await app.inject({ url: `${long}?q=${'b'.repeat(100)}` })
+    const url = logs.lines[0]!.url as string
+    expect(url.length).toBeLessThanOrEqual(1025)
+    expect(url.startsWith('/v1/aaaa')).toBe(true)
+    expect(logs.raw[0]!.length).toBeLessThan(1500)
+  })
+
+  it.each([
+    ['a 404', { url: long }, 404, `Not found: GET /v1/${'a'.repeat(196)}…`],
+    ['a 405', { url: long.replace('/v1/', '/v1/providers/'), method: 'POST' as const }, 404, undefined],
+    ['a malformed URL', { url: `${long}%` }, 400, `'/v1/${'a'.repeat(196)}…' is not a valid url component`],
+    ['a bad query value', { url: `/v1/organization/members?limit=${'9'.repeat(15000)}`, headers: bearer(KEYS.alphaManagement) }, 400, undefined]
+  ])('answers %s with a message of bounded length', async (_case, request, status, message) => {
+    const app = build()
+    const res = await app.inject(request)
+    expect(res.statusCode).toBe(status)
+    const text = res.json().error.message as string
+    expect(text.length).toBeLessThan(300)
+    if (message !== undefined) expect(text).toBe(message)
   })
 })

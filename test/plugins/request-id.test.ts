@@ -1,13 +1,10 @@
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { KEYS, bearer, build, captureLogs, failingDirectory } from '../helper.js'
 
 // 72 random bits per process (12 base64url characters), then a base-36 counter.
 const GENERATED = /^[A-Za-z0-9_-]{12}-[0-9a-z]+$/
 
 describe('the request id', () => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
-
   it.each([
     ['a listing', '/v1/providers', bearer(KEYS.alphaManagement), 200],
     ['a missing key', '/v1/providers', {}, 401],
@@ -18,14 +15,14 @@ describe('the request id', () => {
     ['a malformed URL', '/v1/providers%', {}, 400],
     ['a probe', '/health', {}, 200]
   ])('is on the answer to %s (%s)', async (_name, url, headers, status) => {
-    app = build()
+    const app = build()
     const res = await app.inject({ url, headers })
     expect(res.statusCode).toBe(status)
     expect(res.headers['x-request-id']).toMatch(GENERATED)
   })
 
   it('is on a 405 and on a 500', async () => {
-    app = build({ directory: failingDirectory() })
+    const app = build({ directory: failingDirectory() })
     const failed = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaManagement) })
     expect(failed.statusCode).toBe(500)
     expect(failed.headers['x-request-id']).toMatch(GENERATED)
@@ -35,7 +32,7 @@ describe('the request id', () => {
   })
 
   it('is new for every request', async () => {
-    app = build()
+    const app = build()
     const ids = new Set<unknown>()
     for (let i = 0; i < 20; i++) ids.add((await app.inject({ url: '/health' })).headers['x-request-id'])
     expect(ids.size).toBe(20)
@@ -47,7 +44,7 @@ describe('the request id', () => {
     'Root.1-abc_DEF',
     'x'.repeat(128)
   ])('keeps a well-formed id the proxy sent: %s', async (incoming) => {
-    app = build()
+    const app = build()
     const res = await app.inject({ url: '/v1/providers', headers: { 'x-request-id': incoming } })
     expect(res.headers['x-request-id']).toBe(incoming)
   })
@@ -60,7 +57,7 @@ describe('the request id', () => {
     ['with JSON', '{"level":50}'],
     ['with a comma (two headers joined)', 'abc,def']
   ])('replaces an id that is %s', async (_name, incoming) => {
-    app = build()
+    const app = build()
     const res = await app.inject({ url: '/v1/providers', headers: { 'x-request-id': incoming } })
     expect(res.headers['x-request-id']).toMatch(GENERATED)
   })
@@ -68,7 +65,7 @@ describe('the request id', () => {
   it('is the reqId of every log line of the request', async () => {
     // At the most verbose level: the failed login's own line must carry the id too.
     const logs = captureLogs('trace')
-    app = build({ log: logs.log })
+    const app = build({ log: logs.log })
     const mine = await app.inject({ url: '/v1/providers', headers: { 'x-request-id': 'from-the-proxy-1' } })
     const generated = await app.inject({ url: '/v1/organization/members', headers: bearer(KEYS.alphaStandard) })
     const access = logs.lines.filter((line) => line.msg === 'request completed')

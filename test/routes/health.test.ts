@@ -1,12 +1,9 @@
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { build, captureLogs } from '../helper.js'
 
 describe('GET /health', () => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
-
   it('answers 200 {"status":"ok"} without a key', async () => {
-    app = build()
+    const app = build()
     const res = await app.inject({ url: '/health' })
     expect(res.statusCode).toBe(200)
     expect(res.headers['content-type']).toBe('application/json; charset=utf-8')
@@ -14,20 +11,20 @@ describe('GET /health', () => {
   })
 
   it('answers HEAD without a body', async () => {
-    app = build()
+    const app = build()
     const res = await app.inject({ method: 'HEAD', url: '/health' })
     expect(res.statusCode).toBe(200)
     expect(res.body).toBe('')
   })
 
   it('ignores a key, even a wrong one', async () => {
-    app = build()
+    const app = build()
     const res = await app.inject({ url: '/health', headers: { authorization: 'Bearer nope' } })
     expect(res.statusCode).toBe(200)
   })
 
   it('answers another method with 405 in the error shape', async () => {
-    app = build()
+    const app = build()
     const res = await app.inject({ method: 'POST', url: '/health' })
     expect(res.statusCode).toBe(405)
     expect(res.json()).toEqual({ error: { code: 405, message: 'Method POST is not allowed on /health; use GET' } })
@@ -35,11 +32,8 @@ describe('GET /health', () => {
 })
 
 describe('GET /ready', () => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
-
   it('answers 200 {"status":"ready"} without a key once the data is loaded', async () => {
-    app = build()
+    const app = build()
     const res = await app.inject({ url: '/ready' })
     expect(res.statusCode).toBe(200)
     expect(res.json()).toStrictEqual({ status: 'ready' })
@@ -49,12 +43,9 @@ describe('GET /ready', () => {
 })
 
 describe('the probes in the log', () => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
-
   it('writes no access line for a probe, but does for the operations', async () => {
     const logs = captureLogs()
-    app = build({ log: logs.log })
+    const app = build({ log: logs.log })
     await app.inject({ url: '/health' })
     await app.inject({ url: '/ready' })
     await app.inject({ url: '/v1/providers' })

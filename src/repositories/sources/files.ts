@@ -1,7 +1,8 @@
 import { watch, type FSWatcher } from 'node:fs'
-import { readFile, stat } from 'node:fs/promises'
+import { stat } from 'node:fs/promises'
 import { join } from 'node:path'
-import { RECORD_KINDS, validateDirectory, validateRecords, DataError, type DirectoryData, type RecordKind } from '../records.js'
+import { RECORD_KINDS, validateDirectory, validateRecords, type DirectoryData, type RecordKind } from '../records.js'
+import { readJsonFile } from '../json-file.js'
 import type { DirectorySource, SourceListener } from '../source.js'
 
 export const FIXTURE_FILES = {
@@ -26,19 +27,7 @@ export async function loadFixtures (dir: string): Promise<DirectoryData> {
 
 async function readFixture<K extends RecordKind> (dir: string, kind: K): Promise<DirectoryData[K]> {
   const file = FIXTURE_FILES[kind]
-  let text: string
-  try {
-    text = await readFile(join(dir, file), 'utf8')
-  } catch (err) {
-    throw new DataError(`${file}: cannot read ${join(dir, file)} (${(err as NodeJS.ErrnoException).code ?? String(err)})`)
-  }
-  let value: unknown
-  try {
-    value = JSON.parse(text)
-  } catch (err) {
-    throw new DataError(`${file}: not valid JSON (${(err as Error).message})`)
-  }
-  return validateRecords(kind, value, file)
+  return validateRecords(kind, await readJsonFile(join(dir, file), file), file)
 }
 
 /**

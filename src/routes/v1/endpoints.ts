@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { EndpointListSchema } from '../../schemas/endpoint.js'
-import { InternalErrorResponse, TooManyRequestsResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
+import { BadRequestResponse, InternalErrorResponse, NotModifiedResponse, PayloadTooLargeResponse, TooManyRequestsResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendList } from './json.js'
 
 const endpointRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -13,7 +13,9 @@ const endpointRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: {
         200: EndpointListSchema,
         304: NotModifiedResponse,
+        400: BadRequestResponse('The Host header is sent more than once'),
         401: UnauthorizedResponse('Invalid API key'),
+        413: PayloadTooLargeResponse,
         429: TooManyRequestsResponse,
         500: InternalErrorResponse
       }

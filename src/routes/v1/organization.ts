@@ -2,8 +2,10 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import createError from '@fastify/error'
 import { MemberPageQuerySchema, MemberPageSchema } from '../../schemas/member.js'
-import { ErrorResponse, InternalErrorResponse, TooManyRequestsResponse, UnauthorizedResponse } from '../../schemas/common.js'
+import { BadRequestResponse, ErrorResponse, InternalErrorResponse, PayloadTooLargeResponse, TooManyRequestsResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendPage } from './json.js'
+import { ECHO_MAX } from '../../plugins/errors.js'
+import { truncate } from '../../truncate.js'
 
 const OrganizationNotFound = createError('ORGANIZATION_NOT_FOUND', 'Organization %s not found', 404)
 const BadQueryParameter = createError('BAD_QUERY_PARAMETER', "Invalid query parameter '%s': %s", 400)
@@ -22,7 +24,12 @@ function rejectLooseIntegers (request: FastifyRequest, _reply: FastifyReply, don
     const value = query[name]
     if (Array.isArray(value)) return done(new BadQueryParameter(name, 'must be given at most once'))
     if (value !== undefined && !CANONICAL_INTEGER.test(value)) {
-      return done(new BadQueryParameter(name, `${JSON.stringify(value)} is not a plain decimal integer (digits only, no sign, no leading zero)`))
+      return done(new BadQueryParameter(name, `${JSON.stringify(truncate(value, ECHO_MAX))} is not a plain decimal integer (digits only, no sign, no leading zero)`))
+    }
+    // Hundreds of digits make Infinity, which the schema's maximum lets through. (A huge offset
+    // is past the end: an empty page, as any offset past the end.)
+    if (name === 'limit' && value !== undefined && !Number.isSafeInteger(Number(value))) {
+      return done(new BadQueryParameter(name, `must be <= ${MemberPageQuerySchema.properties.limit.maximum}`))
     }
   }
   done()
@@ -40,10 +47,11 @@ const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
       querystring: MemberPageQuerySchema,
       response: {
         200: MemberPageSchema,
-        400: ErrorResponse(400, 'A query parameter is out of bounds, repeated, or not a plain decimal integer', "Invalid query parameter 'limit': must be <= 100"),
+        400: BadRequestResponse("Invalid query parameter 'limit': must be <= 100", 'a query parameter is out of bounds, repeated, or not a plain decimal integer'),
         401: UnauthorizedResponse('Missing Authentication header: send Authorization: Bearer <key>'),
         403: ErrorResponse(403, 'The key is not a management key', 'Only management keys can perform this operation'),
         404: ErrorResponse(404, 'The organization of the management key does not exist', 'Organization org_2vQmDeleted03 not found'),
+        413: PayloadTooLargeResponse,
         429: TooManyRequestsResponse,
         500: InternalErrorResponse
       }

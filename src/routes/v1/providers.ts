@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { ProviderListSchema } from '../../schemas/provider.js'
-import { InternalErrorResponse, TooManyRequestsResponse, NotModifiedResponse, UnauthorizedResponse } from '../../schemas/common.js'
+import { BadRequestResponse, InternalErrorResponse, NotModifiedResponse, PayloadTooLargeResponse, TooManyRequestsResponse, UnauthorizedResponse } from '../../schemas/common.js'
 import { sendList } from './json.js'
 
 const providerRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -13,7 +13,9 @@ const providerRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: {
         200: ProviderListSchema,
         304: NotModifiedResponse,
+        400: BadRequestResponse('The Authorization header is sent more than once'),
         401: UnauthorizedResponse('Missing Authentication header: send Authorization: Bearer <key>'),
+        413: PayloadTooLargeResponse,
         429: TooManyRequestsResponse,
         500: InternalErrorResponse
       }

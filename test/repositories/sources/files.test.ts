@@ -68,16 +68,32 @@ describe('loading fixtures', () => {
     ['a duplicate member id', { organizations: [{ id: 'o', name: 'O', members: [{ id: 'u', email: 'u@o.example', first_name: null, last_name: null, role: 'org:admin' }, { id: 'u', email: 'v@o.example', first_name: null, last_name: null, role: 'org:member' }] }] },
       'organizations.json: [0].members[1].id: "u" duplicates [0].members[0].id'],
     ['a key stored in clear', { keys: [{ name: 'k', sha256: 'sk-or-v1-plaintext', kind: 'standard', organization_id: 'o' }] },
-      'keys.json: [0].sha256: "sk-or-v1-plaintext": expected string to match'],
+      'keys.json: [0].sha256: the value: expected string to match'],
     ['a duplicate key name', { keys: [{ name: 'ci', sha256: 'a'.repeat(64), kind: 'standard', organization_id: 'o' }, { name: 'ci', sha256: 'b'.repeat(64), kind: 'standard', organization_id: 'o' }] },
       'keys.json: [1].name: "ci" duplicates [0].name'],
     ['an unknown key kind', { keys: [{ name: 'k', sha256: 'a'.repeat(64), kind: 'admin', organization_id: 'o' }] },
       'keys.json: [0].kind: "admin" is not one of "standard", "management"'],
     ['a file that is not an array', { keys: {} },
-      'keys.json: (top level): {}: expected array']
+      'keys.json: (top level): an object: expected array'],
+    ['a duplicate key hash', { keys: [{ name: 'a', sha256: 'a'.repeat(64), kind: 'standard', organization_id: 'o' }, { name: 'b', sha256: 'a'.repeat(64), kind: 'standard', organization_id: 'o' }] },
+      'keys.json: [1].sha256: the value duplicates [0].sha256'],
+    ['a long value', { providers: [makeProvider(0, { headquarters: 'X'.repeat(5000) })] },
+      `providers.json: [0].headquarters: "${'X'.repeat(79)}…`]
   ]
   it.each(cases)('names the file, record and field for %s', async (_case, data, message) => {
     expect(await loadError(data)).toContain(message)
+  })
+
+  // The whole file used to be quoted: every hash of keys.json in one message.
+  it('never quotes a key hash nor a whole file, and keeps each message to one short line', async () => {
+    const hashes = makeData().keys.map((key) => key.sha256)
+    for (const keys of [{ keys: makeData().keys }, [...makeData().keys, makeData().keys[0]], makeData().keys.map((key) => ({ ...key, sha256: key.sha256.toUpperCase() }))]) {
+      const message = await loadError({ keys })
+      expect(message).toMatch(/^keys\.json: /)
+      expect(message).not.toMatch(/\n/)
+      expect(message.length).toBeLessThan(200)
+      for (const hash of hashes) expect(message.toLowerCase()).not.toContain(hash)
+    }
   })
 
   it('names the file when it is not JSON', async () => {

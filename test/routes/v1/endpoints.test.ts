@@ -1,13 +1,10 @@
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { KEYS, bearer, build, makeData, makeEndpoint } from '../../helper.js'
 
 describe('GET /v1/endpoints/zdr', () => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
-
   it('lists the ZDR endpoints with every field, in order', async () => {
     const data = makeData()
-    app = build({ data })
+    const app = build({ data })
     const res = await app.inject({ url: '/v1/endpoints/zdr', headers: bearer(KEYS.betaManagement) })
     expect(res.statusCode).toBe(200)
     expect(res.headers['content-type']).toBe('application/json; charset=utf-8')
@@ -27,7 +24,7 @@ describe('GET /v1/endpoints/zdr', () => {
       status: -10,
       pricing: { prompt: '0.000000015', completion: '-1', image: '0', request: '0.005' }
     })
-    app = build({ data: makeData({ endpoints: [unmeasured] }) })
+    const app = build({ data: makeData({ endpoints: [unmeasured] }) })
     const res = await app.inject({ url: '/v1/endpoints/zdr', headers: bearer(KEYS.alphaStandard) })
     const [endpoint] = res.json().data
     expect(endpoint).toStrictEqual(unmeasured)
@@ -36,7 +33,7 @@ describe('GET /v1/endpoints/zdr', () => {
   })
 
   it('needs a key', async () => {
-    app = build()
+    const app = build()
     const res = await app.inject({ url: '/v1/endpoints/zdr', headers: bearer('nope') })
     expect(res.statusCode).toBe(401)
     expect(res.json()).toEqual({ error: { code: 401, message: 'Invalid API key' } })

@@ -1,13 +1,10 @@
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { KEYS, bearer, build, makeData, makeProvider } from '../../helper.js'
 
 describe('GET /v1/providers', () => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
-
   it('lists the providers of the data, in order, as JSON', async () => {
     const data = makeData()
-    app = build({ data })
+    const app = build({ data })
     const res = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
     expect(res.statusCode).toBe(200)
     expect(res.headers['content-type']).toBe('application/json; charset=utf-8')
@@ -17,7 +14,7 @@ describe('GET /v1/providers', () => {
   it('keeps absent optional fields absent and null values null', async () => {
     const sparse = { name: 'Sparse', slug: 'sparse', privacy_policy_url: null }
     const nulls = makeProvider(9, { status_page_url: null, terms_of_service_url: null, headquarters: null, datacenters: null })
-    app = build({ data: makeData({ providers: [sparse, nulls] }) })
+    const app = build({ data: makeData({ providers: [sparse, nulls] }) })
     const res = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
     const [first, second] = res.json().data
     expect(first).toStrictEqual(sparse)
@@ -26,13 +23,13 @@ describe('GET /v1/providers', () => {
   })
 
   it('answers an empty list when there are no providers', async () => {
-    app = build({ data: makeData({ providers: [] }) })
+    const app = build({ data: makeData({ providers: [] }) })
     const res = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
     expect(res.json()).toEqual({ data: [] })
   })
 
   it('needs a key', async () => {
-    app = build()
+    const app = build()
     const res = await app.inject({ url: '/v1/providers' })
     expect(res.statusCode).toBe(401)
     expect(res.json().error.code).toBe(401)

@@ -1,0 +1,217 @@
+import { constants } from 'node:fs'
+import { open, type FileHandle } from 'node:fs/promises'
+import { isUtf8 } from 'node:buffer'
+
+/**
+ * The largest file read: 256 MiB, twice an organization of a million members (130 MB). The data is
+ * held in memory several times over (parsed, serialized), so a larger file would not fit a
+ * container anyway; and V8 cannot hold a string of 512 MiB at all.
+ */
+const MAX_FILE_BYTES = 256 * 1024 * 1024
+
+/**
+ * The deepest nesting of arrays and objects accepted: the data files need 4 levels. Deeper input
+ * is refused before anything walks it, since walking it recursively overflows the stack.
+ */
+export const MAX_DEPTH = 64
+
+const UTF8_BOM = [0xef, 0xbb, 0xbf]
+
+const KINDS: Array<[keyof FileKindTests, string]> = [
+  ['isDirectory', 'a directory'],
+  ['isFIFO', 'a named pipe'],
+  ['isSocket', 'a socket'],
+  ['isCharacterDevice', 'a character device'],
+  ['isBlockDevice', 'a block device']
+]
+type FileKindTests = Pick<Awaited<ReturnType<FileHandle['stat']>>, 'isDirectory' | 'isFIFO' | 'isSocket' | 'isCharacterDevice' | 'isBlockDevice'>
+
+/**
+ * Reads and parses one JSON data file. Throws an Error whose message is one line that names the
+ * file (`label`) and says what is wrong and where (byte offset, or line and column); it never
+ * quotes the file's content, which may hold key hashes.
+ *
+ * - Only a regular file is read (a symbolic link to one is fine: Kubernetes mounts are links). It is
+ *   opened without blocking, so that a named pipe in its place is refused instead of waiting forever.
+ * - At most MAX_FILE_BYTES.
+ * - UTF-8 only (RFC 8259 section 8.1): invalid bytes are refused, not read as U+FFFD. A leading byte
+ *   order mark is skipped, as the RFC allows: editors on Windows write one.
+ * - Nesting deeper than MAX_DEPTH is refused.
+ * - A syntax error is located by our own scan (line and column): not every Node.js version's
+ *   JSON.parse message gives a position, and its message quotes the text.
+ */
+export async function readJsonFile (path: string, label: string): Promise<unknown> {
+  const bytes = await readRegularFile(path, label)
+  const start = UTF8_BOM.every((byte, i) => bytes[i] === byte) ? UTF8_BOM.length : 0
+  if (!isUtf8(bytes.subarray(start))) {
+    throw new Error(`${label}: not valid UTF-8 at byte ${start + firstInvalidUtf8Byte(bytes.subarray(start))}`)
+  }
+  const text = bytes.toString('utf8', start)
+  const tooDeep = firstTooDeep(text)
+  if (tooDeep >= 0) throw new Error(`${label}: nested deeper than ${MAX_DEPTH} levels at ${lineAndColumn(text, tooDeep)}`)
+  try {
+    return JSON.parse(text)
+  } catch {
+    const error = findSyntaxError(text)
+    throw new Error(`${label}: not valid JSON at ${lineAndColumn(text, error.at)}: ${error.problem}`)
+  }
+}
+
+async function readRegularFile (path: string, label: string): Promise<Buffer> {
+  let handle: FileHandle
+  try {
+    // O_NONBLOCK: opening a named pipe would otherwise wait for a writer.
+    handle = await open(path, constants.O_RDONLY | constants.O_NONBLOCK)
+  } catch (err) {
+    throw new Error(`${label}: cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? String(err)})`)
+  }
+  try {
+    const stat = await handle.stat()
+    if (!stat.isFile()) {
+      const kind = KINDS.find(([test]) => stat[test]())?.[1] ?? 'not a file'
+      throw new Error(`${label}: ${path} is not a regular file (${kind})`)
+    }
+    if (stat.size > MAX_FILE_BYTES) {
+      throw new Error(`${label}: ${stat.size} bytes, over the limit of ${MAX_FILE_BYTES} (${MAX_FILE_BYTES / 1024 / 1024} MiB)`)
+    }
+    return await handle.readFile()
+  } finally {
+    await handle.close()
+  }
+}
+
+/** `line 3, column 14` of a UTF-16 offset; the column counts characters, as editors do. */
+function lineAndColumn (text: string, offset: number): string {
+  const lineStart = text.lastIndexOf('\n', offset - 1) + 1
+  let line = 1
+  for (let i = text.indexOf('\n'); i >= 0 && i < lineStart; i = text.indexOf('\n', i + 1)) line++
+  return `line ${line}, column ${[...text.slice(lineStart, offset)].length + 1}`
+}
+
+/**
+ * The offset of the bracket that opens level MAX_DEPTH + 1, or -1. Linear and without recursion;
+ * strings are skipped (brackets inside them do not count). The text may be invalid JSON:
+ * JSON.parse judges that after.
+ */
+function firstTooDeep (text: string): number {
+  let depth = 0
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c === 0x22) {
+      // To the closing quote: one preceded by an even number of backslashes.
+      for (;;) {
+        i = text.indexOf('"', i + 1)
+        if (i < 0) return -1
+        let backslashes = 0
+        while (text.charCodeAt(i - 1 - backslashes) === 0x5c) backslashes++
+        if (backslashes % 2 === 0) break
+      }
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > MAX_DEPTH) return i
+    } else if (c === 0x5d || c === 0x7d) {
+      depth--
+    }
+  }
+  return -1
+}
+
+/** Where a UTF-8 sequence first goes wrong (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF). */
+function firstInvalidUtf8Byte (bytes: Uint8Array): number {
+  for (let i = 0; i < bytes.length;) {
+    const lead = bytes[i]!
+    if (lead < 0x80) { i++; continue }
+    const length = lead >= 0xc2 && lead <= 0xdf ? 2 : lead >= 0xe0 && lead <= 0xef ? 3 : lead >= 0xf0 && lead <= 0xf4 ? 4 : 0
+    if (length === 0) return i
+    // The second byte's range depends on the lead byte (this is what excludes the overlong forms,
+    // the surrogates and what lies past U+10FFFF); the others are plain continuation bytes.
+    const low = lead === 0xe0 ? 0xa0 : lead === 0xf0 ? 0x90 : 0x80
+    const high = lead === 0xed ? 0x9f : lead === 0xf4 ? 0x8f : 0xbf
+    for (let k = 1; k < length; k++) {
+      const byte = bytes[i + k]
+      if (byte === undefined || byte < (k === 1 ? low : 0x80) || byte > (k === 1 ? high : 0xbf)) return i
+    }
+    i += length
+  }
+  return bytes.length
+}
+
+const NUMBER = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y
+const LITERAL = /true|false|null/y
+const ESCAPE = /\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})/y
+
+/**
+ * The first syntax error of a text JSON.parse refused (RFC 8259), found by a scan of our own:
+ * iterative, so that nesting costs no stack.
+ */
+function findSyntaxError (text: string): { at: number, problem: string } {
+  const closers: string[] = []
+  let i = 0
+  const skipSpace = () => { while (i < text.length && ' \t\n\r'.includes(text[i]!)) i++ }
+  const matches = (pattern: RegExp) => {
+    pattern.lastIndex = i
+    if (!pattern.test(text)) return false
+    i = pattern.lastIndex
+    return true
+  }
+  /** Moves past a string at i; answers what is wrong with it, if anything. */
+  const scanString = (): string | undefined => {
+    for (i++; i < text.length;) {
+      const c = text.charCodeAt(i)
+      if (c === 0x22) { i++; return undefined }
+      if (c < 0x20) return 'a control character inside a string'
+      if (c === 0x5c) {
+        if (!matches(ESCAPE)) return 'an invalid escape sequence'
+      } else {
+        i++
+      }
+    }
+    return 'a string that is never closed'
+  }
+  /** After `{` or `,` in an object: a name and a colon. */
+  const scanName = (): string | undefined => {
+    skipSpace()
+    if (text[i] !== '"') return 'expected a property name in double quotes'
+    const problem = scanString()
+    if (problem) return problem
+    skipSpace()
+    if (text[i] !== ':') return "expected ':' after a property name"
+    i++
+    return undefined
+  }
+
+  for (;;) {
+    // A value is expected at i.
+    skipSpace()
+    const c = text[i]
+    let problem: string | undefined
+    if (c === '{' || c === '[') {
+      i++
+      skipSpace()
+      const closer = c === '{' ? '}' : ']'
+      if (text[i] !== closer) {
+        closers.push(closer)
+        if (c === '{' && (problem = scanName())) return { at: i, problem }
+        continue
+      }
+      i++
+    } else if (c === '"') {
+      if ((problem = scanString())) return { at: i, problem }
+    } else if (!matches(NUMBER) && !matches(LITERAL)) {
+      return { at: i, problem: i >= text.length ? 'the text ends where a value is expected' : 'expected a value' }
+    }
+    // After a value: a comma, the end of its container, or the end of the text.
+    for (;;) {
+      skipSpace()
+      const closer = closers.at(-1)
+      if (closer === undefined) {
+        // (At the end of the text, our scan found no fault the parser did: say only where it stopped.)
+        return { at: i, problem: i < text.length ? 'unexpected text after the end of the value' : 'refused by the JSON parser' }
+      }
+      if (text[i] === closer) { closers.pop(); i++; continue }
+      if (text[i] !== ',') return { at: i, problem: `expected ',' or '${closer}'` }
+      i++
+      if (closer === '}' && (problem = scanName())) return { at: i, problem }
+      break
+    }
+  }
+}

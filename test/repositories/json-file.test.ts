@@ -1,0 +1,79 @@
+import { execFileSync } from 'node:child_process'
+import { mkdtemp, mkdir, rm, symlink, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { MAX_DEPTH, readJsonFile } from '../../src/repositories/json-file.js'
+
+let dir: string
+beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'json-file-')) })
+afterEach(() => rm(dir, { recursive: true, force: true }))
+
+/** What readJsonFile says of a file holding `content`. */
+async function read (content: string | Buffer) {
+  const path = join(dir, 'data.json')
+  await writeFile(path, content)
+  return readJsonFile(path, 'data.json').then((value) => ({ value }), (error: Error) => ({ message: error.message }))
+}
+
+describe('reading a JSON data file', () => {
+  it('parses a valid file', async () => {
+    expect(await read('[{"a": "é", "b": [1, 2.5e3, null, true]}]')).toEqual({ value: [{ a: 'é', b: [1, 2500, null, true] }] })
+  })
+
+  it('skips a UTF-8 byte order mark, as RFC 8259 allows', async () => {
+    expect(await read(Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from('[1]')]))).toEqual({ value: [1] })
+  })
+
+  it.each([
+    ['a stray byte', Buffer.from([0x5b, 0x22, 0x61, 0xff, 0x22, 0x5d]), 3],
+    ['a sequence cut short', Buffer.from([0x5b, 0x22, 0xc3, 0x22, 0x5d]), 2],
+    ['an overlong form', Buffer.from([0x5b, 0x22, 0xc0, 0xaf, 0x22, 0x5d]), 2],
+    ['an encoded surrogate', Buffer.from([0x5b, 0x22, 0xed, 0xa0, 0x80, 0x22, 0x5d]), 2],
+    ['after a byte order mark, counted from the start of the file', Buffer.from([0xef, 0xbb, 0xbf, 0x5b, 0x22, 0xff, 0x22, 0x5d]), 5]
+  ])('refuses bytes that are not UTF-8 (%s), naming the byte offset', async (_case, bytes, offset) => {
+    expect(await read(bytes)).toEqual({ message: `data.json: not valid UTF-8 at byte ${offset}` })
+  })
+
+  it.each([
+    ['a missing comma', '[{"name": "a",\n  "slug": "b"\n  "x": 1}]', "line 3, column 3: expected ',' or '}'"],
+    ['a trailing comma', '[1, 2,]', 'line 1, column 7: expected a value'],
+    ['a single-quoted name', "{'a': 1}", 'line 1, column 2: expected a property name in double quotes'],
+    ['a missing colon', '{"a" 1}', "line 1, column 6: expected ':' after a property name"],
+    ['an unclosed string', '["abc', 'line 1, column 6: a string that is never closed'],
+    ['a raw line break in a string', '["a\nb"]', 'line 1, column 4: a control character inside a string'],
+    ['a bad escape', '["a\\x"]', 'line 1, column 4: an invalid escape sequence'],
+    ['a leading zero', '[01]', "line 1, column 3: expected ',' or ']'"],
+    ['a comment', '[1] // done', 'line 1, column 5: unexpected text after the end of the value'],
+    ['an empty file', '', 'line 1, column 1: the text ends where a value is expected'],
+    ['a file cut short', '[{"a": [1, 2', "line 1, column 13: expected ',' or ']'"],
+    ['wide characters before the fault', '["ééé" x]', "line 1, column 8: expected ',' or ']'"]
+  ])('locates a syntax error (%s) by line and column, without quoting the text', async (_case, text, where) => {
+    expect(await read(text)).toEqual({ message: `data.json: not valid JSON at ${where}` })
+  })
+
+  it(`refuses nesting deeper than ${MAX_DEPTH} levels, even 100,000 deep, without overflowing the stack`, async () => {
+    expect(await read(`${'['.repeat(100_000)}${']'.repeat(100_000)}`)).toEqual({ message: `data.json: nested deeper than ${MAX_DEPTH} levels at line 1, column ${MAX_DEPTH + 1}` })
+    expect(await read(`${'['.repeat(MAX_DEPTH)}${']'.repeat(MAX_DEPTH)}`)).toHaveProperty('value')
+    // Brackets inside strings do not count.
+    expect(await read(`["${'['.repeat(1000)}\\"[["]`)).toEqual({ value: [`${'['.repeat(1000)}"[[`] })
+  })
+
+  it('refuses a named pipe in place of the file at once, instead of waiting for a writer', async () => {
+    const path = join(dir, 'pipe.json')
+    execFileSync('mkfifo', [path])
+    await expect(readJsonFile(path, 'pipe.json')).rejects.toThrow(`pipe.json: ${path} is not a regular file (a named pipe)`)
+  })
+
+  it('refuses a directory, and names a missing file', async () => {
+    await mkdir(join(dir, 'folder.json'))
+    await expect(readJsonFile(join(dir, 'folder.json'), 'folder.json')).rejects.toThrow(/^folder\.json: .* is not a regular file \(a directory\)$/)
+    await expect(readJsonFile(join(dir, 'none.json'), 'none.json')).rejects.toThrow(/^none\.json: cannot read .*none\.json \(ENOENT\)$/)
+  })
+
+  it('follows a symbolic link to a regular file (Kubernetes mounts are links)', async () => {
+    await writeFile(join(dir, 'real.json'), '[true]')
+    await symlink(join(dir, 'real.json'), join(dir, 'link.json'))
+    expect(await readJsonFile(join(dir, 'link.json'), 'link.json')).toEqual([true])
+  })
+})
