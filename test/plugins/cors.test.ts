@@ -1,5 +1,5 @@
 import { request as httpRequest } from 'node:http'
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { loadConfig } from '../../src/config.js'
 import { KEYS, bearer, build } from '../helper.js'
 
@@ -15,11 +15,9 @@ const preflight = (origin: string) => ({
 })
 
 describe('CORS with CORS_ORIGINS', () => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
 
   it('answers a preflight from a listed origin, without a key: Authorization allowed', async () => {
-    app = build({ settings: { CORS_ORIGINS: ORIGINS } })
+    const app = build({ settings: { CORS_ORIGINS: ORIGINS } })
     const res = await app.inject(preflight(DASHBOARD))
     expect(res.statusCode).toBe(204)
     expect(res.body).toBe('')
@@ -31,7 +29,7 @@ describe('CORS with CORS_ORIGINS', () => {
   })
 
   it('lets a listed origin read the answers, errors included, and the rate-limit and request-id headers', async () => {
-    app = build({ settings: { CORS_ORIGINS: ORIGINS, RATE_LIMIT_PER_MINUTE: 1 } })
+    const app = build({ settings: { CORS_ORIGINS: ORIGINS, RATE_LIMIT_PER_MINUTE: 1 } })
     for (const [headers, status] of [[bearer(KEYS.alphaStandard), 200], [{}, 401], [bearer(KEYS.alphaStandard), 429]] as const) {
       const res = await app.inject({ url: '/v1/providers', headers: { ...headers, origin: 'http://localhost:5173' } })
       expect(res.statusCode).toBe(status)
@@ -44,7 +42,7 @@ describe('CORS with CORS_ORIGINS', () => {
   })
 
   it('gives an origin not listed no Access-Control-* header at all, and answers its preflight 405', async () => {
-    app = build({ settings: { CORS_ORIGINS: ORIGINS } })
+    const app = build({ settings: { CORS_ORIGINS: ORIGINS } })
     const res = await app.inject({ url: '/v1/providers', headers: { ...bearer(KEYS.alphaStandard), origin: 'https://evil.example' } })
     expect(res.statusCode).toBe(200)
     expect(corsHeaders(res.headers)).toEqual([])
@@ -55,21 +53,21 @@ describe('CORS with CORS_ORIGINS', () => {
   })
 
   it('allows any origin with *', async () => {
-    app = build({ settings: { CORS_ORIGINS: '*' } })
+    const app = build({ settings: { CORS_ORIGINS: '*' } })
     const res = await app.inject(preflight('https://anyone.example'))
     expect(res.statusCode).toBe(204)
     expect(res.headers['access-control-allow-origin']).toBe('https://anyone.example')
   })
 
   it('is off by default: no origin is allowed', async () => {
-    app = build()
+    const app = build()
     const res = await app.inject({ url: '/v1/providers', headers: { ...bearer(KEYS.alphaStandard), origin: DASHBOARD } })
     expect(corsHeaders(res.headers)).toEqual([])
     expect((await app.inject(preflight(DASHBOARD))).statusCode).toBe(405)
   })
 
   it('works over a real socket: preflight, then the call with the key', async () => {
-    app = build({ settings: { CORS_ORIGINS: ORIGINS } })
+    const app = build({ settings: { CORS_ORIGINS: ORIGINS } })
     const origin = await app.listen({ host: '127.0.0.1', port: 0 })
     const send = (method: string, headers: Record<string, string>) => new Promise<{ status: number, headers: Record<string, unknown> }>((resolve, reject) => {
       httpRequest(`${origin}/v1/providers`, { method, headers }, (res) => {

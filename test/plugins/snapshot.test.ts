@@ -1,14 +1,12 @@
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { createDirectory } from '../../src/repositories/directory.js'
 import { KEYS, bearer, build, makeData, makeMembers } from '../helper.js'
 
 describe('one snapshot per request', () => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
 
   it('answers a request from the data it was authenticated with, even when a change is installed meanwhile', async () => {
     const directory = createDirectory('test', makeData())
-    app = build({ directory })
+    const app = build({ directory })
     // The next snapshot revokes the key and shrinks its organization.
     const next = makeData({
       organizations: [{ id: 'org_alpha', name: 'Alpha', members: makeMembers('alpha', 3) }],

@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { createDirectory } from '../../src/repositories/directory.js'
 import { KEYS, bearer, build, captureLogs, makeData, makeProvider, sha256 } from '../helper.js'
 
@@ -9,11 +9,9 @@ function valueOf (text: string, series: string): number | undefined {
 }
 
 describe('GET /metrics', () => {
-  let app: ReturnType<typeof build>
-  afterEach(() => app.close())
 
   it('answers the Prometheus text format without a key', async () => {
-    app = build()
+    const app = build()
     const res = await app.inject({ url: '/metrics', headers: { authorization: 'Bearer nope' } })
     expect(res.statusCode).toBe(200)
     expect(res.headers['content-type']).toBe('text/plain; version=0.0.4; charset=utf-8')
@@ -22,7 +20,7 @@ describe('GET /metrics', () => {
   })
 
   it('counts requests by method, route template with its prefix, and status; unknown paths under one route', async () => {
-    app = build()
+    const app = build()
     for (let i = 0; i < 2; i++) await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
     await app.inject({ url: '/v1/organization/members?offset=3&limit=2', headers: bearer(KEYS.alphaManagement) })
     await app.inject({ url: '/v1/providers' })
@@ -44,7 +42,7 @@ describe('GET /metrics', () => {
   })
 
   it('never carries a key, its hash, an organization id or a raw URL', async () => {
-    app = build()
+    const app = build()
     await app.inject({ url: '/v1/organization/members?offset=3&limit=2', headers: bearer(KEYS.alphaManagement) })
     await app.inject({ url: '/v1/providers', headers: bearer(KEYS.betaManagement) })
     await app.inject({ url: `/v1/${KEYS.alphaStandard}?token=abc` })
@@ -56,7 +54,7 @@ describe('GET /metrics', () => {
 
   it('describes the data served: source, when installed, records of each kind, reloads that succeeded and failed', async () => {
     const directory = createDirectory('files', makeData())
-    app = build({ directory })
+    const app = build({ directory })
     const before = (await app.inject({ url: '/metrics' })).body
     expect(valueOf(before, 'directory_snapshot_info{source="files"}')).toBe(1)
     expect(valueOf(before, 'directory_records{kind="providers"}')).toBe(3)
@@ -76,7 +74,7 @@ describe('GET /metrics', () => {
   })
 
   it('counts rate-limit refusals by bucket', async () => {
-    app = build({ settings: { RATE_LIMIT_PER_MINUTE: 1, RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1 } })
+    const app = build({ settings: { RATE_LIMIT_PER_MINUTE: 1, RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1 } })
     for (let i = 0; i < 3; i++) await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
     for (let i = 0; i < 2; i++) await app.inject({ url: '/v1/providers' })
     const text = (await app.inject({ url: '/metrics' })).body
@@ -85,7 +83,7 @@ describe('GET /metrics', () => {
   })
 
   it('reports the process and its event loop, and the requests in flight (the scrape itself, over a socket)', async () => {
-    app = build()
+    const app = build()
     const url = await app.listen({ host: '127.0.0.1', port: 0 })
     const text = await (await fetch(`${url}/metrics`)).text()
     expect(valueOf(text, 'http_requests_in_flight')).toBe(1)
@@ -96,7 +94,7 @@ describe('GET /metrics', () => {
 
   it('writes no access line, as the probes, while the API does', async () => {
     const { lines, log } = captureLogs()
-    app = build({ log })
+    const app = build({ log })
     await app.inject({ url: '/metrics' })
     await app.inject({ url: '/health' })
     await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
@@ -104,7 +102,7 @@ describe('GET /metrics', () => {
   })
 
   it('is off with METRICS=false: 404, and no request is measured', async () => {
-    app = build({ settings: { METRICS: false } })
+    const app = build({ settings: { METRICS: false } })
     const res = await app.inject({ url: '/metrics' })
     expect(res.statusCode).toBe(404)
     expect(res.json()).toEqual({ error: { code: 404, message: 'Not found: GET /metrics' } })
