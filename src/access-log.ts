@@ -1,4 +1,5 @@
 import { LogController, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify'
+import type { Bindings, ChildLoggerOptions } from 'pino'
 import { truncate } from './truncate.js'
 
 /** Node.js accepts URLs of up to 16 KiB; a line keeps the first KiB, enough to tell any request of ours. */
@@ -7,7 +8,7 @@ const LOGGED_URL_MAX = 1024
 /**
  * One line per request, written when the response is done, instead of Fastify's two
  * ("incoming request" and "request completed"): half the log volume for the same facts.
- * The request id is on the line through the request's child logger.
+ * The request id is on the line as on every other line of the request (see RequestLogger).
  */
 export class AccessLogController extends LogController {
   override incomingRequest () {}
@@ -19,10 +20,46 @@ export class AccessLogController extends LogController {
 
 /** The access line of a request; also written by hand for the answers Fastify makes without hooks. */
 export function logRequestCompleted (request: FastifyRequest, reply: FastifyReply, error?: Error | null) {
+  const log = reply.log
+  // The request's own bindings as the line's first fields: the same line as its child logger writes.
+  const [logger, bindings] = log instanceof RequestLogger ? [log.parent, log.bindings] : [log, undefined]
   // Milliseconds to the microsecond: the digits beyond are noise, and each access line costs its bytes.
-  const line = { method: request.method, url: truncate(request.url, LOGGED_URL_MAX), statusCode: reply.statusCode, responseTime: Math.round(reply.elapsedTime * 1000) / 1000 }
-  if (error) reply.log.error({ ...line, err: error }, 'request errored')
-  else reply.log.info(line, 'request completed')
+  const line = { ...bindings, method: request.method, url: truncate(request.url, LOGGED_URL_MAX), statusCode: reply.statusCode, responseTime: Math.round(reply.elapsedTime * 1000) / 1000 }
+  if (error) logger.error({ ...line, err: error }, 'request errored')
+  else logger.info(line, 'request completed')
+}
+
+type LogArguments = [object: unknown, message?: string, ...values: unknown[]]
+
+/**
+ * The logger of a request, whose pino child (bound to the request id) is made when something logs
+ * through it: Fastify makes one per request, which cost as much as half the access line, and most
+ * requests log nothing but that line, which the parent writes with the same bindings.
+ */
+class RequestLogger implements FastifyBaseLogger {
+  #child: FastifyBaseLogger | undefined
+  constructor (readonly parent: FastifyBaseLogger, readonly bindings: Bindings) {}
+
+  get #logger (): FastifyBaseLogger { return this.#child ??= this.parent.child(this.bindings) }
+  get level () { return this.#logger.level }
+  set level (level: string) { this.#logger.level = level }
+  fatal (...args: LogArguments) { this.#logger.fatal(...args as [unknown]) }
+  error (...args: LogArguments) { this.#logger.error(...args as [unknown]) }
+  warn (...args: LogArguments) { this.#logger.warn(...args as [unknown]) }
+  info (...args: LogArguments) { this.#logger.info(...args as [unknown]) }
+  debug (...args: LogArguments) { this.#logger.debug(...args as [unknown]) }
+  trace (...args: LogArguments) { this.#logger.trace(...args as [unknown]) }
+  silent (...args: LogArguments) { this.#logger.silent(...args as [unknown]) }
+  child (bindings: Bindings, options?: ChildLoggerOptions) { return this.#logger.child(bindings, options) }
+}
+
+/**
+ * Fastify's childLoggerFactory: a RequestLogger, unless the route sets its own level or serializers
+ * (the probes log at warn), for which the child is made at once as Fastify does.
+ */
+export function requestLogger (logger: FastifyBaseLogger, bindings: Bindings, options: ChildLoggerOptions): FastifyBaseLogger {
+  if (Object.keys(options).length > 0) return logger.child(bindings, options)
+  return new RequestLogger(logger, bindings)
 }
 
 /**

@@ -1,7 +1,7 @@
 import Fastify, { type FastifyServerOptions } from 'fastify'
 import type { DestinationStream } from 'pino'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import { AccessLogController } from './access-log.js'
+import { AccessLogController, requestLogger } from './access-log.js'
 import { corsOrigins, loadConfig, type Config, type ConnectionLimits } from './config.js'
 import type { Directory } from './repositories/directory.js'
 import errors, { clientErrorHandler, frameworkErrors } from './plugins/errors.js'
@@ -71,6 +71,7 @@ export function buildApp ({ directory, log, settings }: AppOptions) {
   const app = Fastify({
     logger: loggerOptions(log),
     logController: new AccessLogController(),
+    childLoggerFactory: requestLogger,
     frameworkErrors,
     clientErrorHandler,
     genReqId: requestIdOf,

@@ -1,6 +1,8 @@
 import { once } from 'node:events'
 import fp from 'fastify-plugin'
-import rateLimit, { normalizeIP } from '@fastify/rate-limit'
+import { normalizeIP } from '@fastify/rate-limit'
+import LocalStore from '@fastify/rate-limit/store/LocalStore.js'
+import RedisStore from '@fastify/rate-limit/store/RedisStore.js'
 import { Redis } from 'ioredis'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 
@@ -19,6 +21,7 @@ const WINDOW_MS = 60_000
 const LOCAL_ENTRIES = 10_000
 // A request waits at most this long for Redis before it is served unlimited.
 const REDIS_TIMEOUT_MS = 250
+const REDIS_NAMESPACE = 'model-gateway-directory:rate-limit:'
 
 // OpenRouter's own answer, byte for byte.
 const RATE_LIMITED_BODY = JSON.stringify({ error: { code: 429, message: 'Rate limit exceeded', metadata: { error_type: 'rate_limit_exceeded' } } })
@@ -88,56 +91,63 @@ async function rateLimitPlugin (app: FastifyInstance, { perMinute, anonymousPerM
     app.addHook('onClose', async () => { redis!.disconnect() })
   }
 
-  await app.register(rateLimit, {
-    global: false,
-    ...(redis ? { redis, nameSpace: 'model-gateway-directory:rate-limit:' } : {})
-  })
+    // One store per bucket, created as @fastify/rate-limit's plugin creates them, but called from
+  // callback hooks: in memory the count is answered at once, where the plugin's createRateLimit puts
+  // a chain of promises (and a turn of the microtask queue) on every request.
+  const storeOf = (bucket: string): LocalStore | RedisStore => redis
+    ? new RedisStore(false, false, redis, `${REDIS_NAMESPACE}${bucket}:`)
+    : new LocalStore(false, false, LOCAL_ENTRIES)
 
-  /** A limiter of `max` a minute; undefined when the store failed (counted, logged). */
-  function limiter (max: number, keyOf: (request: FastifyRequest) => string) {
-    const check = app.createRateLimit({ max, timeWindow: WINDOW_MS, keyGenerator: keyOf, cache: LOCAL_ENTRIES } as Parameters<typeof app.createRateLimit>[0])
-    return async (request: FastifyRequest, increment: boolean): Promise<Window | undefined> => {
-      try {
-        const result = await check(request, { increment })
-        if (result.isAllowed) return undefined
+  /** A limiter of `max` a minute: answers the window, or undefined when the store failed (counted, logged). */
+  function limiter (max: number, bucket: string, keyOf: (request: FastifyRequest) => string) {
+    const store = storeOf(bucket)
+    return (request: FastifyRequest, increment: boolean, done: (window: Window | undefined) => void) => {
+      const answer = (err: Error | null, count: { current: number, ttl: number }) => {
+        if (err) {
+          app.metrics.rateLimitStoreErrors.inc()
+          reportStoreDown(err)
+          return done(undefined)
+        }
         // A read before the first request of a window reports no window: the whole minute is ahead.
-        return { max: result.max, remaining: result.remaining, ttlInSeconds: result.ttlInSeconds || WINDOW_MS / 1000, exceeded: result.isExceeded }
-      } catch (err) {
-        app.metrics.rateLimitStoreErrors.inc()
-        reportStoreDown(err)
-        return undefined
+        done({ max, remaining: Math.max(0, max - count.current), ttlInSeconds: Math.ceil(count.ttl / 1000) || WINDOW_MS / 1000, exceeded: count.current > max })
       }
+      if (increment) store.incr(keyOf(request), answer, WINDOW_MS, max)
+      else store.read(keyOf(request), answer, WINDOW_MS, max)
     }
   }
 
   if (anonymousPerMinute > 0) {
-    const byAddress = limiter(anonymousPerMinute, (request) => `address:${normalizeIP(request.ip)}`)
-    app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
-      const window = await byAddress(request, false)
-      // Read, not counted: the budget is spent once `max` requests have failed.
-      if (window !== undefined && window.remaining === 0) {
+    const byAddress = limiter(anonymousPerMinute, 'address', (request) => normalizeIP(request.ip))
+    app.addHook('onRequest', (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
+      byAddress(request, false, (window) => {
+        // Read, not counted: the budget is spent once `max` requests have failed.
+        if (window === undefined || window.remaining > 0) return done()
         app.metrics.rateLimitRefusals.inc({ bucket: 'address' })
-        return refuse(reply, window)
-      }
+        refuse(reply, window)
+      })
     })
     // Every failed authentication (401) counts against the address.
-    app.addHook('onError', async (request: FastifyRequest, reply: FastifyReply, error: FastifyError) => {
-      if (error.statusCode !== 401) return
-      const window = await byAddress(request, true)
-      if (window !== undefined) setLimitHeaders(reply, window)
+    app.addHook('onError', (request: FastifyRequest, reply: FastifyReply, error: FastifyError, done: () => void) => {
+      if (error.statusCode !== 401) return done()
+      byAddress(request, true, (window) => {
+        if (window !== undefined) setLimitHeaders(reply, window)
+        done()
+      })
     })
   }
 
   if (perMinute > 0) {
-    const byKey = limiter(perMinute, (request) => `key:${request.apiKey!.name}`)
-    const limitKey: onRequestHookHandler = async (request, reply) => {
-      const window = await byKey(request, true)
-      if (window === undefined) return
-      if (window.exceeded) {
-        app.metrics.rateLimitRefusals.inc({ bucket: 'key' })
-        return refuse(reply, window)
-      }
-      setLimitHeaders(reply, window)
+    const byKey = limiter(perMinute, 'key', (request) => request.apiKey!.name)
+    const limitKey: onRequestHookHandler = (request, reply, done) => {
+      byKey(request, true, (window) => {
+        if (window === undefined) return done()
+        if (window.exceeded) {
+          app.metrics.rateLimitRefusals.inc({ bucket: 'key' })
+          return refuse(reply, window)
+        }
+        setLimitHeaders(reply, window)
+        done()
+      })
     }
     app.addHook('onRoute', (route) => {
       const own = route.onRequest === undefined ? [] : Array.isArray(route.onRequest) ? route.onRequest : [route.onRequest]

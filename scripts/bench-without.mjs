@@ -1,0 +1,44 @@
+// A preload of `npm run bench` (node --import): the service with one request-path feature taken
+// out, so that the bench measures what the feature costs against the service as it is. Features
+// that a setting turns off (metrics, rate limits, the access line) are measured with that setting;
+// these two have none, and must have none in production. Never loaded outside the bench.
+//
+//   BENCH_WITHOUT=auth        no Authorization header read, no SHA-256: every request is the key
+//                             whose hash is BENCH_KEY_SHA256 (still one map lookup in the snapshot)
+//   BENCH_WITHOUT=validation  the member query read as numbers: no Ajv, no integer check, no defaults
+import { subscribe } from 'node:diagnostics_channel'
+import { registerHooks } from 'node:module'
+
+const without = process.env.BENCH_WITHOUT
+
+// The module of the auth plugin, replaced by one that only pins the bench key on the request.
+const AUTH_STUB = `
+import fp from 'fastify-plugin'
+const keyHash = ${JSON.stringify(process.env.BENCH_KEY_SHA256)}
+export default fp(async (app) => {
+  app.decorateRequest('apiKey', null)
+  app.addHook('onRequest', (request, _reply, done) => {
+    request.apiKey = request.directory.findKey(keyHash) ?? null
+    done()
+  })
+  app.decorate('requireManagementKey', (request, _reply, done) => {
+    done(request.apiKey?.kind === 'management' ? undefined : new Error('not a management key'))
+  })
+}, { name: 'auth', dependencies: ['snapshot'] })
+`
+
+if (without === 'auth') {
+  registerHooks({
+    load (url, context, nextLoad) {
+      if (url.endsWith('/dist/plugins/auth.js')) return { format: 'module', source: AUTH_STUB, shortCircuit: true }
+      return nextLoad(url, context)
+    }
+  })
+} else if (without === 'validation') {
+  subscribe('fastify.initialization', ({ fastify }) => {
+    fastify.setValidatorCompiler(() => (query) => ({ value: { offset: Number(query.offset), limit: Number(query.limit) } }))
+    fastify.addHook('onRoute', (route) => { route.preValidation = undefined })
+  })
+} else {
+  throw new Error(`BENCH_WITHOUT: auth or validation, not ${without}`)
+}
