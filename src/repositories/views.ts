@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { brotliCompressSync, constants as zlib, gzipSync } from 'node:zlib'
 import type { ApiKey } from '../schemas/fixtures.js'
-import type { Member } from '../schemas/member.js'
+import type { MemberList } from './member-list.js'
 import type { DirectoryData } from './records.js'
 
 /** The content codings a list is kept in, each body compressed once. */
@@ -47,7 +47,7 @@ export interface DirectoryView {
 // key derives the key map again, not a million members; a part nobody holds any more is collected.
 const lists = new WeakMap<readonly unknown[], SerializedList>()
 const keyMaps = new WeakMap<readonly ApiKey[], Map<string, ApiKey>>()
-const memberPages = new WeakMap<readonly Member[], MemberPages>()
+const memberPages = new WeakMap<MemberList, MemberPages>()
 
 function remember<K extends object, V> (cache: WeakMap<K, V>, key: K, derive: (key: K) => V): V {
   let value = cache.get(key)
@@ -63,7 +63,7 @@ export function deriveView (data: DirectoryData): DirectoryView {
   const zdrEndpoints = remember(lists, data.endpoints, serializeList)
   const keysByHash = remember(keyMaps, data.keys, (keys) => new Map(keys.map((key) => [key.sha256, key])))
   const membersByOrganization = new Map(
-    data.organizations.map((organization) => [organization.id, remember(memberPages, organization.members, serializeMembers)])
+    data.organizations.map((organization) => [organization.id, remember(memberPages, organization.members, pagesOf)])
   )
 
   return {
@@ -83,29 +83,16 @@ interface MemberPages {
 const PAGE_START = Buffer.from('{"data":[')
 
 /**
- * All members of an organization serialized once, comma-separated, in one buffer, with the byte
- * offset where each ends. A page is a slice of it between two brackets: its cost does not depend
- * on the size of the organization, and a million members are two objects for the garbage
- * collector instead of a million strings.
+ * Pages of a list of members, which holds them serialized already: a page is its slice between two
+ * brackets, and costs the same whatever the size of the organization.
  */
-function serializeMembers (members: readonly Member[]): MemberPages {
-  const texts = members.map((member) => JSON.stringify(member))
-  const ends = new Uint32Array(texts.length)
-  const json = Buffer.allocUnsafe(texts.reduce((sum, text) => sum + Buffer.byteLength(text) + 1, 0))
-  let at = 0
-  texts.forEach((text, index) => {
-    at += json.write(text, at)
-    ends[index] = at
-    at += json.write(',', at)
-  })
+function pagesOf (members: MemberList): MemberPages {
   const pageEnd = Buffer.from(`],"total_count":${members.length}}`)
   const pastTheEnd = Buffer.concat([PAGE_START, pageEnd])
   return {
     page (offset: number, limit: number): Buffer {
       if (offset >= members.length) return pastTheEnd
-      const last = Math.min(offset + limit, members.length) - 1
-      const start = offset === 0 ? 0 : ends[offset - 1]! + 1
-      return Buffer.concat([PAGE_START, json.subarray(start, ends[last]), pageEnd])
+      return Buffer.concat([PAGE_START, ...members.json(offset, Math.min(offset + limit, members.length)), pageEnd])
     }
   }
 }
