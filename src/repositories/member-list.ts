@@ -26,18 +26,23 @@ const COMMA = Buffer.from(',')
  * the one before. Member objects are made only on demand (an export, a test).
  */
 export class MemberList {
-  private constructor (
+  /** Made by a MemberListBuilder. */
+  constructor (
     readonly length: number,
-    private readonly blocks: readonly Block[],
+    /** Read by the next snapshot's builder, to share them. */
+    readonly blocks: readonly Block[],
     /** The index of the first member of each block. */
     private readonly starts: Uint32Array
   ) {}
 
-  /** A list of these members; blocks equal to blocks of `previous` are shared with it. */
+  /**
+   * A list of these members, whose ids are known to be unique (a primary key says so); blocks equal
+   * to blocks of `previous` are shared with it.
+   */
   static of (members: Iterable<Member>, previous?: Iterable<MemberList>): MemberList {
-    const builder = new MemberListBuilder(previous)
+    const builder = new MemberListBuilder(previous, { checkIds: false })
     for (const member of members) builder.add(member)
-    return builder.finish()
+    return builder.finish().list
   }
 
   /** The JSON texts of members `start` to `end` (excluded), comma-separated, as pieces to concatenate. */
@@ -73,18 +78,6 @@ export class MemberList {
   toJSON (): Member[] {
     return this.slice()
   }
-
-  /** Blocks by key, for a builder to share. */
-  static blocksOf (lists: Iterable<MemberList>): Map<number, Block> {
-    const blocks = new Map<number, Block>()
-    for (const list of lists) for (const block of list.blocks) blocks.set(block.key, block)
-    return blocks
-  }
-
-  /** @internal Made by MemberListBuilder only. */
-  static make (length: number, blocks: Block[], starts: number[]): MemberList {
-    return new MemberList(length, blocks, Uint32Array.from(starts))
-  }
 }
 
 /** Where a member id first repeats: member `index` has the id of member `first`. */
@@ -94,24 +87,34 @@ export interface DuplicateId {
   id: string
 }
 
+/** The most members an organization may have: room for their id hashes is reserved for as many. */
+export const MAX_MEMBERS = 1 << 24
+
 /**
  * Builds a MemberList one member at a time, without holding the members: each is serialized into
  * the block being filled (or its JSON text copied, when the caller has it already), and only the
- * finished blocks stay. Also answers whether an id repeats, from a 53-bit hash of each id (8 bytes a
- * member, not a set of a million strings): ids whose hashes collide are compared for real.
+ * finished blocks stay. Unless told not to, it also finds an id that repeats, from a 53-bit hash of
+ * each id (8 bytes a member, not a set of a million strings; ids whose hashes collide are compared
+ * for real). The hashes live in a resizable buffer: reserved once, filled without copies, and given
+ * back to the system as soon as the list is finished, not at some later garbage collection.
  */
 export class MemberListBuilder {
-  private readonly previous: Map<number, Block>
+  /** The blocks of the lists this one replaces, by key. */
+  private readonly previous = new Map<number, Block>()
   private readonly blocks: Block[] = []
   private readonly starts: number[] = []
   private count = 0
+  private lastHash = 0
   private scratch = Buffer.allocUnsafe(256 * 1024)
   private used = 0
   private ends: number[] = []
-  private hashes = new Float64Array(1024)
+  private readonly hashBuffer: ArrayBuffer | undefined
+  private readonly hashes: Float64Array
 
-  constructor (previous?: Iterable<MemberList>) {
-    this.previous = previous ? MemberList.blocksOf(previous) : new Map()
+  constructor (previous: Iterable<MemberList> = [], { checkIds = true } = {}) {
+    for (const list of previous) for (const block of list.blocks) this.previous.set(block.key, block)
+    this.hashBuffer = checkIds ? new ArrayBuffer(64 * 1024, { maxByteLength: 8 * MAX_MEMBERS }) : undefined
+    this.hashes = new Float64Array(this.hashBuffer ?? new ArrayBuffer(0))
   }
 
   /**
@@ -131,33 +134,47 @@ export class MemberListBuilder {
     this.used += json.copy(this.scratch, this.used, start, end)
     this.ends.push(this.used)
     const hash = hashId(member.id)
-    if (this.count === this.hashes.length) {
-      const larger = new Float64Array(this.count * 2)
-      larger.set(this.hashes)
-      this.hashes = larger
+    if (this.hashBuffer) {
+      if (this.count === this.hashes.length) {
+        if (this.count === MAX_MEMBERS) throw new RangeError(`more than ${MAX_MEMBERS} members in one organization`)
+        this.hashBuffer.resize(Math.min(this.hashBuffer.byteLength * 2, this.hashBuffer.maxByteLength))
+      }
+      this.hashes[this.count] = hash
     }
-    this.hashes[this.count++] = hash
+    this.count++
+    this.lastHash = hash
     if ((hash % (BOUNDARY_MASK + 1)) === 0 || this.ends.length === BLOCK_MAX) this.closeBlock(hash)
   }
 
-  finish (): MemberList {
-    if (this.ends.length > 0) this.closeBlock(this.hashes[this.count - 1]!)
-    return MemberList.make(this.count, this.blocks, this.starts)
+  /** The list, and the first member (in order) whose id an earlier member has, if checked. Call once. */
+  finish (): { list: MemberList, duplicate?: DuplicateId } {
+    if (this.ends.length > 0) this.closeBlock(this.lastHash)
+    const list = new MemberList(this.count, this.blocks, Uint32Array.from(this.starts))
+    if (!this.hashBuffer) return { list }
+    try {
+      const duplicate = this.duplicateId(list)
+      return duplicate ? { list, duplicate } : { list }
+    } finally {
+      this.hashBuffer.resize(0)
+    }
   }
 
-  /** The first member (in order) whose id an earlier member has, once finished. */
-  duplicateId (list: MemberList): DuplicateId | undefined {
-    const sorted = this.hashes.slice(0, this.count).sort()
+  private duplicateId (list: MemberList): DuplicateId | undefined {
+    const sorted = this.hashes.subarray(0, this.count).sort()
     const colliding = new Set<number>()
     for (let i = 1; i < sorted.length; i++) if (sorted[i] === sorted[i - 1]) colliding.add(sorted[i]!)
     if (colliding.size === 0) return undefined
+    // Rare (a repeated id, or a one-in-a-billion collision): the ids of those hashes, in order.
     const seen = new Map<string, number>()
-    for (let index = 0; index < this.count; index++) {
-      if (!colliding.has(this.hashes[index]!)) continue
-      const { id } = list.slice(index, index + 1)[0]!
-      const first = seen.get(id)
-      if (first !== undefined) return { index, first, id }
-      seen.set(id, index)
+    for (let start = 0; start < list.length; start += BLOCK_MAX) {
+      const members = list.slice(start, start + BLOCK_MAX)
+      for (let k = 0; k < members.length; k++) {
+        const { id } = members[k]!
+        if (!colliding.has(hashId(id))) continue
+        const first = seen.get(id)
+        if (first !== undefined) return { index: start + k, first, id }
+        seen.set(id, start + k)
+      }
     }
     return undefined
   }

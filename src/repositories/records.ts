@@ -80,8 +80,7 @@ export function compactMembers (members: Iterable<Member>, where: string, at: st
 
 /** The list a builder holds, or a DataError naming the first member whose id repeats. */
 export function finishMembers (builder: MemberListBuilder, where: string, at: string): MemberList {
-  const list = builder.finish()
-  const duplicate = builder.duplicateId(list)
+  const { list, duplicate } = builder.finish()
   if (duplicate) {
     throw new DataError(`${where}: ${at}[${duplicate.index}].id: ${quoteValue(duplicate.id, 'id')} duplicates ${at}[${duplicate.first}].id`)
   }
