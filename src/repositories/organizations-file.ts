@@ -114,7 +114,7 @@ async function scan (handle: FileHandle, shared: MemberList[] | undefined) {
       const index = array!.count++
       if (array!.problem !== undefined) continue
       const value = values[k]
-      array!.problem = memberProblem(value, `[${organization}].members[${index}]`)
+      array!.problem = memberProblem(value, organization, index)
       if (array!.problem !== undefined) continue
       // Two keys of the same name make one field of the object, and its text could not be copied.
       let keys = 0

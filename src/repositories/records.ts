@@ -59,9 +59,13 @@ export function validateRecords<K extends RecordKind> (kind: K, value: unknown, 
 
 const memberChecker = TypeCompiler.Compile(MemberSchema)
 
-/** What is wrong with one member, `at` naming where it is (`[0].members[5]`); undefined when it is valid. */
-export function memberProblem (value: unknown, at: string): string | undefined {
+/**
+ * What is wrong with a member (member `index` of organization `organization`), naming where it is
+ * (`[0].members[5].role: ...`); undefined when it is valid.
+ */
+export function memberProblem (value: unknown, organization: number, index: number): string | undefined {
   if (memberChecker.Check(value)) return undefined
+  const at = `[${organization}].members[${index}]`
   const first = memberChecker.Errors(value).First()
   const problem = first ? describeValueError(first) : '(top level): invalid'
   if (problem.startsWith('(top level)')) return at + problem.slice('(top level)'.length)
