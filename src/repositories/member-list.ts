@@ -95,8 +95,9 @@ export const MAX_MEMBERS = 1 << 24
  * the block being filled (or its JSON text copied, when the caller has it already), and only the
  * finished blocks stay. Unless told not to, it also finds an id that repeats, from a 53-bit hash of
  * each id (8 bytes a member, not a set of a million strings; ids whose hashes collide are compared
- * for real). The hashes live in a resizable buffer: reserved once, filled without copies, and given
- * back to the system as soon as the list is finished, not at some later garbage collection.
+ * for real). The hashes (which also cut the blocks) live in a resizable buffer: reserved once,
+ * filled without copies, and given back to the system as soon as the list is finished, not at some
+ * later garbage collection.
  */
 export class MemberListBuilder {
   /** The blocks of the lists this one replaces, by key. */
@@ -104,17 +105,16 @@ export class MemberListBuilder {
   private readonly blocks: Block[] = []
   private readonly starts: number[] = []
   private count = 0
-  private lastHash = 0
   private scratch = Buffer.allocUnsafe(256 * 1024)
   private used = 0
   private ends: number[] = []
-  private readonly hashBuffer: ArrayBuffer | undefined
-  private readonly hashes: Float64Array
+  private readonly hashBuffer = new ArrayBuffer(64 * 1024, { maxByteLength: 8 * MAX_MEMBERS })
+  private readonly hashes = new Float64Array(this.hashBuffer)
+  private readonly checkIds: boolean
 
   constructor (previous: Iterable<MemberList> = [], { checkIds = true } = {}) {
     for (const list of previous) for (const block of list.blocks) this.previous.set(block.key, block)
-    this.hashBuffer = checkIds ? new ArrayBuffer(64 * 1024, { maxByteLength: 8 * MAX_MEMBERS }) : undefined
-    this.hashes = new Float64Array(this.hashBuffer ?? new ArrayBuffer(0))
+    this.checkIds = checkIds
   }
 
   /**
@@ -134,25 +134,20 @@ export class MemberListBuilder {
     this.used += json.copy(this.scratch, this.used, start, end)
     this.ends.push(this.used)
     const hash = hashId(member.id)
-    if (this.hashBuffer) {
-      if (this.count === this.hashes.length) {
-        if (this.count === MAX_MEMBERS) throw new RangeError(`more than ${MAX_MEMBERS} members in one organization`)
-        this.hashBuffer.resize(Math.min(this.hashBuffer.byteLength * 2, this.hashBuffer.maxByteLength))
-      }
-      this.hashes[this.count] = hash
+    if (this.count === this.hashes.length) {
+      if (this.count === MAX_MEMBERS) throw new RangeError(`more than ${MAX_MEMBERS} members in one organization`)
+      this.hashBuffer.resize(Math.min(this.hashBuffer.byteLength * 2, this.hashBuffer.maxByteLength))
     }
-    this.count++
-    this.lastHash = hash
+    this.hashes[this.count++] = hash
     if ((hash % (BOUNDARY_MASK + 1)) === 0 || this.ends.length === BLOCK_MAX) this.closeBlock(hash)
   }
 
   /** The list, and the first member (in order) whose id an earlier member has, if checked. Call once. */
   finish (): { list: MemberList, duplicate?: DuplicateId } {
-    if (this.ends.length > 0) this.closeBlock(this.lastHash)
+    if (this.ends.length > 0) this.closeBlock(this.hashes[this.count - 1]!)
     const list = new MemberList(this.count, this.blocks, Uint32Array.from(this.starts))
-    if (!this.hashBuffer) return { list }
     try {
-      const duplicate = this.duplicateId(list)
+      const duplicate = this.checkIds ? this.duplicateId(list) : undefined
       return duplicate ? { list, duplicate } : { list }
     } finally {
       this.hashBuffer.resize(0)

@@ -60,6 +60,57 @@ export async function readOrganizationsFile (path: string, label: string, previo
 }
 
 /**
+ * Members cut from the file and not parsed yet: where each starts and ends in the window, and
+ * whether its text is already what JSON.stringify writes (then it is copied, not serialized again).
+ */
+class MemberBatch {
+  private starts: number[] = []
+  private ends: number[] = []
+  private canonical: boolean[] = []
+  private colons: number[] = []
+
+  /** Adds a member; parses the batch once it is large enough. Answers -1, for the next member's start. */
+  add (window: Buffer, array: MembersArray, organization: number, start: number, end: number, canonical: boolean, colons: number) {
+    this.starts.push(start)
+    this.ends.push(end)
+    this.canonical.push(canonical)
+    this.colons.push(colons)
+    if (end - this.starts[0]! >= BATCH_BYTES) this.parse(window, array, organization)
+    return -1
+  }
+
+  /** Parses, validates and compacts the members of the batch, in one JSON.parse. */
+  parse (window: Buffer, array: MembersArray, organization: number) {
+    if (this.starts.length === 0) return
+    const bytes = window.subarray(this.starts[0], this.ends.at(-1))
+    if (!isUtf8(bytes)) throw new NotPlainJson()
+    let values: unknown[]
+    try {
+      values = JSON.parse(`[${bytes.toString()}]`) as unknown[]
+    } catch {
+      throw new NotPlainJson()
+    }
+    if (values.length !== this.starts.length) throw new NotPlainJson()
+    for (let k = 0; k < values.length; k++) {
+      const index = array.count++
+      if (array.problem !== undefined) continue
+      const value = values[k]
+      array.problem = memberProblem(value, organization, index)
+      if (array.problem !== undefined) continue
+      // Two keys of the same name make one field of the object, and its text could not be copied.
+      let keys = 0
+      for (const _ in value as object) keys++
+      if (this.canonical[k] && this.colons[k] === keys) array.builder.add(value as Member, window, this.starts[k], this.ends[k])
+      else array.builder.add(value as Member)
+    }
+    this.starts = []
+    this.ends = []
+    this.canonical = []
+    this.colons = []
+  }
+}
+
+/**
  * One pass over the file. It tracks strings, nesting, and where it is: the top-level array, an
  * organization's keys, inside a `members` array. The bytes outside `members` arrays (their brackets
  * included) are kept as the skeleton; the members are cut one by one and parsed in batches.
@@ -90,52 +141,9 @@ async function scan (handle: FileHandle, shared: MemberList[] | undefined) {
   let inScalar = false
   let canonical = true
   let colons = 0
-  // The batch of members cut and not parsed yet: where each starts and ends, and whether its text
-  // is already what JSON.stringify writes (then it is copied, not serialized again).
-  let batchStarts: number[] = []
-  let batchEnds: number[] = []
-  let batchCanonical: boolean[] = []
-  let batchColons: number[] = []
-
-  const fault = () => new NotPlainJson()
-
-  function parseBatch () {
-    if (batchStarts.length === 0) return
-    const bytes = window.subarray(batchStarts[0], batchEnds.at(-1))
-    if (!isUtf8(bytes)) throw fault()
-    let values: unknown[]
-    try {
-      values = JSON.parse(`[${bytes.toString()}]`) as unknown[]
-    } catch {
-      throw fault()
-    }
-    if (values.length !== batchStarts.length) throw fault()
-    for (let k = 0; k < values.length; k++) {
-      const index = array!.count++
-      if (array!.problem !== undefined) continue
-      const value = values[k]
-      array!.problem = memberProblem(value, organization, index)
-      if (array!.problem !== undefined) continue
-      // Two keys of the same name make one field of the object, and its text could not be copied.
-      let keys = 0
-      for (const _ in value as object) keys++
-      if (batchCanonical[k] && batchColons[k] === keys) array!.builder.add(value as Member, window, batchStarts[k], batchEnds[k])
-      else array!.builder.add(value as Member)
-    }
-    batchStarts = []
-    batchEnds = []
-    batchCanonical = []
-    batchColons = []
-  }
-
-  function endMember (end: number) {
-    batchStarts.push(memberStart)
-    batchEnds.push(end)
-    batchCanonical.push(canonical)
-    batchColons.push(colons)
-    memberStart = -1
-    if (end - batchStarts[0]! >= BATCH_BYTES) parseBatch()
-  }
+  // The scan's state lives in locals that no function captures: it stays in registers, which the
+  // loop over every byte of the file needs (twice as fast as in a closure's context).
+  const batch = new MemberBatch()
 
   for (;;) {
     const { bytesRead } = await handle.read(window, filled, window.length - filled, null)
@@ -168,7 +176,7 @@ async function scan (handle: FileHandle, shared: MemberList[] | undefined) {
         } else if (c === 0x22) {
           inString = false
           if (array !== undefined) {
-            if (depth === 3) endMember(pos + 1)
+            if (depth === 3) memberStart = batch.add(window, array, organization, memberStart, pos + 1, canonical, colons)
           } else if (keyState === 1 && depth === 2) {
             keyState = 2
             membersKey = keyMatch === MEMBERS.length
@@ -182,9 +190,9 @@ async function scan (handle: FileHandle, shared: MemberList[] | undefined) {
         if (memberStart >= 0 && depth >= 4) {
           if (c === 0x22) inString = true
           else if (c === 0x7b || c === 0x5b) {
-            if (++depth > MAX_DEPTH) throw fault()
+            if (++depth > MAX_DEPTH) throw new NotPlainJson()
           } else if (c === 0x7d || c === 0x5d) {
-            if (--depth === 3) endMember(pos + 1)
+            if (--depth === 3) memberStart = batch.add(window, array, organization, memberStart, pos + 1, canonical, colons)
           } else if (c === 0x3a) {
             if (depth === 4) colons++
           } else if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09 || (c >= 0x2b && c <= 0x39 && c !== 0x2c && c !== 0x2f)) {
@@ -197,20 +205,20 @@ async function scan (handle: FileHandle, shared: MemberList[] | undefined) {
         if (inScalar) {
           if (!space && c !== 0x2c && c !== 0x5d) continue
           inScalar = false
-          endMember(pos)
+          memberStart = batch.add(window, array, organization, memberStart, pos, canonical, colons)
         }
         if (space) continue
         if (c === 0x2c) {
-          if (memberState !== 1) throw fault()
+          if (memberState !== 1) throw new NotPlainJson()
           memberState = 2
         } else if (c === 0x5d) {
-          if (memberState === 2) throw fault()
-          parseBatch()
+          if (memberState === 2) throw new NotPlainJson()
+          batch.parse(window, array, organization)
           array = undefined
           depth = 2
           runStart = pos
         } else {
-          if (memberState === 1) throw fault()
+          if (memberState === 1) throw new NotPlainJson()
           memberState = 1
           memberStart = pos
           canonical = true
@@ -253,10 +261,10 @@ async function scan (handle: FileHandle, shared: MemberList[] | undefined) {
           topIsArray = true
           expectTopValue = true
         }
-        if (++depth > MAX_DEPTH) throw fault()
+        if (++depth > MAX_DEPTH) throw new NotPlainJson()
         if (depth === 2 && c === 0x7b) keyState = 0
       } else if (c === 0x7d || c === 0x5d) {
-        if (--depth < 0) throw fault()
+        if (--depth < 0) throw new NotPlainJson()
       } else if (c === 0x2c) {
         if (depth === 1) expectTopValue = true
         else if (depth === 2) keyState = 0
@@ -265,7 +273,7 @@ async function scan (handle: FileHandle, shared: MemberList[] | undefined) {
       }
     }
     // Parse what is whole; keep the member being cut (and the bytes of the skeleton) for the next read.
-    parseBatch()
+    if (array !== undefined) batch.parse(window, array, organization)
     if (array === undefined) {
       skeleton.push(Buffer.from(window.subarray(runStart, filled)))
       filled = pos = runStart = 0
@@ -283,12 +291,12 @@ async function scan (handle: FileHandle, shared: MemberList[] | undefined) {
       filled = pos = carried
     }
   }
-  if (inString || array !== undefined || depth !== 0) throw fault()
+  if (inString || array !== undefined || depth !== 0) throw new NotPlainJson()
   const text = Buffer.concat(skeleton)
-  if (!isUtf8(text)) throw fault()
+  if (!isUtf8(text)) throw new NotPlainJson()
   try {
     return { skeleton: JSON.parse(text.toString()) as unknown, arrays }
   } catch {
-    throw fault()
+    throw new NotPlainJson()
   }
 }
