@@ -35,7 +35,7 @@ type AppSettings = ConnectionLimits & Pick<Config, 'METRICS' | 'RATE_LIMIT_PER_M
 interface AppOptions {
   /** The data served; its current view is pinned on each request. */
   directory: Directory
-  /** No logging unless the caller (server.ts, a test) asks for it. */
+  /** No logging unless the caller (main.ts, a test) asks for it. */
   log?: LogOptions
   /** The defaults of config.ts for those not given. */
   settings?: Partial<AppSettings>
@@ -65,7 +65,7 @@ function trustProxy (setting: string) {
   return (_address: string, hop: number) => hop < hops
 }
 
-/** Builds the application; never listens (server.ts does, tests inject). */
+/** Builds the application; never listens (main.ts does, tests inject). */
 export function buildApp ({ directory, log, settings }: AppOptions) {
   const config: AppSettings = { ...loadConfig({}), ...settings }
   const app = Fastify({

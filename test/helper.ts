@@ -8,7 +8,7 @@ import type { DirectoryData } from '../src/repositories/records.js'
 import type { DirectoryView } from '../src/repositories/views.js'
 import type { Provider } from '../src/schemas/provider.js'
 import type { Endpoint } from '../src/schemas/endpoint.js'
-import type { Member } from '../src/schemas/member.js'
+import { MemberList } from '../src/repositories/member-list.js'
 import type { ApiKey } from '../src/schemas/fixtures.js'
 import { checkResponsesAgainstDocument } from './conformance.js'
 
@@ -51,14 +51,14 @@ export function makeEndpoint (i: number, overrides: Partial<Endpoint> = {}): End
   }
 }
 
-export function makeMembers (prefix: string, count: number): Member[] {
-  return Array.from({ length: count }, (_, i) => ({
+export function makeMembers (prefix: string, count: number): MemberList {
+  return MemberList.of(Array.from({ length: count }, (_, i) => ({
     id: `user_${prefix}_${i}`,
     email: `person${i}@${prefix}.example`,
     first_name: i % 5 === 0 ? null : `First${i}`,
     last_name: i % 7 === 0 ? null : `Last${i}`,
     role: i === 0 ? 'org:admin' : 'org:member'
-  }))
+  })))
 }
 
 /** Plaintext keys of the test data set; the data holds only their hashes. */

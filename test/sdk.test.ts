@@ -16,6 +16,10 @@ function camelCased (value: unknown): unknown {
 // A data set that exercises what a client can trip on: absent optional fields, nulls, negative
 // prices, a last page that is full (so the pager must ask once more and get an empty page).
 const data = makeData({
+  organizations: [
+    { id: 'org_alpha', name: 'Alpha', members: makeMembers('alpha', 345) },
+    { id: 'org_beta', name: 'Beta', members: makeMembers('beta', 200) }
+  ],
   providers: [
     makeProvider(1, { status_page_url: 'https://status.provider-1.example' }),
     { name: 'Sparse', slug: 'sparse', privacy_policy_url: null },
@@ -37,8 +41,6 @@ const data = makeData({
     })
   ]
 })
-data.organizations[0]!.members = makeMembers('alpha', 345)
-data.organizations[1]!.members = makeMembers('beta', 200)
 
 async function listen (directory: Directory) {
   const app = build({ directory })
@@ -72,7 +74,7 @@ describe('the official @openrouter/sdk client', () => {
     { organization: 1, key: KEYS.betaManagement, limit: 100, pages: [100, 100, 0] }
   ]
   it.each(pagings)('organization.listMembers({ limit: $limit }) pages with its own iterator to the end: $pages', async ({ organization, key, limit, pages }) => {
-    const members = data.organizations[organization]!.members
+    const members = data.organizations[organization]!.members.slice()
     const iterator = await client(key).organization.listMembers(limit === undefined ? {} : { limit })
     const sizes: number[] = []
     const seen: unknown[] = []

@@ -3,9 +3,9 @@ import { open, type FileHandle } from 'node:fs/promises'
 import { isUtf8 } from 'node:buffer'
 
 /**
- * The largest file read: 256 MiB, twice an organization of a million members (130 MB). The data is
- * held in memory several times over (parsed, serialized), so a larger file would not fit a
- * container anyway; and V8 cannot hold a string of 512 MiB at all.
+ * The largest file read: 256 MiB, twice an organization of a million members (130 MB). The other
+ * files are read whole, and V8 cannot hold a string of 512 MiB at all; organizations.json is read
+ * in slices (organizations-file.ts), but its members are held serialized, as large as the file.
  */
 const MAX_FILE_BYTES = 256 * 1024 * 1024
 
@@ -15,7 +15,7 @@ const MAX_FILE_BYTES = 256 * 1024 * 1024
  */
 export const MAX_DEPTH = 64
 
-const UTF8_BOM = [0xef, 0xbb, 0xbf]
+export const UTF8_BOM = [0xef, 0xbb, 0xbf]
 
 const KINDS: Array<[keyof FileKindTests, string]> = [
   ['isDirectory', 'a directory'],
@@ -58,6 +58,19 @@ export async function readJsonFile (path: string, label: string): Promise<unknow
 }
 
 async function readRegularFile (path: string, label: string): Promise<Buffer> {
+  const handle = await openRegularFile(path, label)
+  try {
+    return await handle.readFile()
+  } finally {
+    await handle.close()
+  }
+}
+
+/**
+ * Opens a data file to read: a regular file (or a link to one) of at most MAX_FILE_BYTES, or an
+ * Error naming the file and what is wrong.
+ */
+export async function openRegularFile (path: string, label: string): Promise<FileHandle> {
   let handle: FileHandle
   try {
     // O_NONBLOCK: opening a named pipe would otherwise wait for a writer.
@@ -74,9 +87,10 @@ async function readRegularFile (path: string, label: string): Promise<Buffer> {
     if (stat.size > MAX_FILE_BYTES) {
       throw new Error(`${label}: ${stat.size} bytes, over the limit of ${MAX_FILE_BYTES} (${MAX_FILE_BYTES / 1024 / 1024} MiB)`)
     }
-    return await handle.readFile()
-  } finally {
+    return handle
+  } catch (error) {
     await handle.close()
+    throw error
   }
 }
 

@@ -4,6 +4,8 @@ import { describeValueError, quoteValue } from '../schemas/describe-error.js'
 import { ProviderSchema } from '../schemas/provider.js'
 import { EndpointSchema } from '../schemas/endpoint.js'
 import { OrganizationSchema, ApiKeySchema } from '../schemas/fixtures.js'
+import { MemberSchema, type Member } from '../schemas/member.js'
+import { MemberList, MemberListBuilder } from './member-list.js'
 
 /**
  * The records of the directory, whatever their source (files, PostgreSQL): one schema per kind,
@@ -21,10 +23,18 @@ export type RecordKind = keyof typeof recordSchemas
 
 export const RECORD_KINDS = Object.keys(recordSchemas) as RecordKind[]
 
-/** One complete, validated set of records. Never mutated: a change makes a new one. */
-export type DirectoryData = { readonly [kind in RecordKind]: Static<(typeof recordSchemas)[kind]> }
+/** The records of one kind as a file or a table holds them: organizations with arrays of members. */
+export type Records<K extends RecordKind> = Static<(typeof recordSchemas)[K]>
 
-export type Organization = DirectoryData['organizations'][number]
+/** An organization as the snapshot holds it: its members serialized (member-list.ts). */
+export interface Organization extends Omit<Records<'organizations'>[number], 'members'> {
+  readonly members: MemberList
+}
+
+/** One complete, validated set of records. Never mutated: a change makes a new one. */
+export type DirectoryData = { readonly [kind in Exclude<RecordKind, 'organizations'>]: Records<kind> } & {
+  readonly organizations: readonly Organization[]
+}
 
 /** Data that breaks a rule; its message is one line naming where (file or table), record and field. */
 export class DataError extends Error {
@@ -38,13 +48,47 @@ const checkers = Object.fromEntries(
 ) as { [kind in RecordKind]: ReturnType<typeof TypeCompiler.Compile<(typeof recordSchemas)[kind]>> }
 
 /** The records of one kind, or a DataError `where: [index].field: problem`. */
-export function validateRecords<K extends RecordKind> (kind: K, value: unknown, where: string): DirectoryData[K] {
+export function validateRecords<K extends RecordKind> (kind: K, value: unknown, where: string): Records<K> {
   const checker = checkers[kind]
   if (!checker.Check(value)) {
     const first = checker.Errors(value).First()
     throw new DataError(`${where}: ${first ? describeValueError(first) : 'invalid'}`)
   }
-  return value as DirectoryData[K]
+  return value as Records<K>
+}
+
+const memberChecker = TypeCompiler.Compile(MemberSchema)
+
+/**
+ * What is wrong with a member (member `index` of organization `organization`), naming where it is
+ * (`[0].members[5].role: ...`); undefined when it is valid.
+ */
+export function memberProblem (value: unknown, organization: number, index: number): string | undefined {
+  if (memberChecker.Check(value)) return undefined
+  const at = `[${organization}].members[${index}]`
+  const first = memberChecker.Errors(value).First()
+  const problem = first ? describeValueError(first) : '(top level): invalid'
+  if (problem.startsWith('(top level)')) return at + problem.slice('(top level)'.length)
+  return `${at}${problem.startsWith('[') ? '' : '.'}${problem}`
+}
+
+/**
+ * The members of an organization whose records are valid, compacted, or a DataError naming the
+ * first member whose id repeats. `at` says where the members are in `where`.
+ */
+export function compactMembers (members: Iterable<Member>, where: string, at: string, previous?: Iterable<MemberList>): MemberList {
+  const builder = new MemberListBuilder(previous)
+  for (const member of members) builder.add(member)
+  return finishMembers(builder, where, at)
+}
+
+/** The list a builder holds, or a DataError naming the first member whose id repeats. */
+export function finishMembers (builder: MemberListBuilder, where: string, at: string): MemberList {
+  const { list, duplicate } = builder.finish()
+  if (duplicate) {
+    throw new DataError(`${where}: ${at}[${duplicate.index}].id: ${quoteValue(duplicate.id, 'id')} duplicates ${at}[${duplicate.first}].id`)
+  }
+  return list
 }
 
 /**
@@ -57,16 +101,11 @@ export function validateDirectory (data: DirectoryData, where: { [kind in Record
   assertUnique(where.keys, data.keys.map((key) => key.sha256), 'sha256')
   // Operators revoke a key by its name: a name must say which record.
   assertUnique(where.keys, data.keys.map((key) => key.name), 'name')
-  data.organizations.forEach((organization, index) => validateMembers(organization, where.organizations, `[${index}].members`))
+  // (Member ids are checked as their lists are built: compactMembers.)
   return data
 }
 
-/** Member ids are unique within their organization; `at` says where the members are in `where`. */
-export function validateMembers (organization: Organization, where: string, at: string) {
-  assertUnique(where, organization.members.map((member) => member.id), 'id', at)
-}
-
-function assertUnique (where: string, values: string[], field: string, at = '') {
+function assertUnique (where: string, values: string[], field: string) {
   // A Set answers the common case (all unique) in one pass; the duplicate is located only when there is one.
   if (new Set(values).size === values.length) return
   const seen = new Map<string, number>()
@@ -74,7 +113,7 @@ function assertUnique (where: string, values: string[], field: string, at = '') 
     const previous = seen.get(value)
     if (previous !== undefined) {
       // Bounded, and never a key hash: say where the duplicate is.
-      throw new DataError(`${where}: ${at}[${index}].${field}: ${quoteValue(value, field)} duplicates ${at}[${previous}].${field}`)
+      throw new DataError(`${where}: [${index}].${field}: ${quoteValue(value, field)} duplicates [${previous}].${field}`)
     }
     seen.set(value, index)
   })

@@ -3,6 +3,7 @@ import { stat } from 'node:fs/promises'
 import { join } from 'node:path'
 import { RECORD_KINDS, validateDirectory, validateRecords, type DirectoryData, type RecordKind } from '../records.js'
 import { readJsonFile } from '../json-file.js'
+import { readOrganizationsFile } from '../organizations-file.js'
 import type { DirectorySource, SourceListener } from '../source.js'
 
 export const FIXTURE_FILES = {
@@ -25,9 +26,14 @@ export async function loadFixtures (dir: string): Promise<DirectoryData> {
   return validateDirectory(Object.fromEntries(entries) as DirectoryData, FIXTURE_FILES)
 }
 
-async function readFixture<K extends RecordKind> (dir: string, kind: K): Promise<DirectoryData[K]> {
+/**
+ * One data file, validated. organizations.json, which may hold a million members, is read in slices
+ * into its compact form; `previous` is the data it replaces, whose unchanged members it shares.
+ */
+async function readFixture<K extends RecordKind> (dir: string, kind: K, previous?: DirectoryData): Promise<DirectoryData[K]> {
   const file = FIXTURE_FILES[kind]
-  return validateRecords(kind, await readJsonFile(join(dir, file), file), file)
+  if (kind === 'organizations') return await readOrganizationsFile(join(dir, file), file, previous?.organizations) as unknown as DirectoryData[K]
+  return validateRecords(kind, await readJsonFile(join(dir, file), file), file) as unknown as DirectoryData[K]
 }
 
 /**
@@ -66,7 +72,7 @@ export function createFileSource (dir: string): DirectorySource {
       const signature = await signatureOf(kind)
       next.set(kind, signature)
       if (!force && current && signature !== '' && signature === signatures.get(kind)) return [kind, current[kind]] as const
-      return [kind, await readFixture(dir, kind)] as const
+      return [kind, await readFixture(dir, kind, current)] as const
     }))
     if (!force && current && RECORD_KINDS.every((kind) => next.get(kind) === signatures.get(kind))) return undefined
     const data = validateDirectory(Object.fromEntries(parts) as DirectoryData, FIXTURE_FILES)

@@ -48,7 +48,7 @@ export async function replaceDirectory (client: pg.ClientBase, data: DirectoryDa
       data.organizations.map(({ id, name }, position) => ({ id, position, name })))
     for (const organization of data.organizations) {
       await insertRows(client, 'members', ['organization_id', 'id', 'position', 'email', 'first_name', 'last_name', 'role'],
-        organization.members.map((member, position) => ({ ...member, organization_id: organization.id, position })))
+        organization.members.slice().map((member, position) => ({ ...member, organization_id: organization.id, position })))
     }
     await insertRows(client, 'keys', ['name', 'sha256', 'kind', 'organization_id'], data.keys)
     await client.query('COMMIT')

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { DataError, validateDirectory, validateRecords, type DirectoryData, type Organization, type RecordKind } from '../records.js'
+import { DataError, validateDirectory, validateRecords, type DirectoryData, type Organization, type RecordKind, type Records } from '../records.js'
+import { MemberList } from '../member-list.js'
 import type { DirectorySource, SourceListener } from '../source.js'
 import type { Member } from '../../schemas/member.js'
 import { CHANNEL, checkSchema } from './postgres-schema.js'
@@ -191,7 +192,7 @@ async function readMembers (client: pg.ClientBase, ids: string[] | 'all') {
  * organization by the primary key (organization_id, id), so validateMembers, which costs more than
  * the schemas on a large organization, would only say it again.
  */
-function validateOrganizations (organizations: Organization[]) {
+function validateOrganizations (organizations: Records<'organizations'>) {
   try {
     validateRecords('organizations', organizations, 'organizations')
   } catch (error) {
@@ -211,7 +212,8 @@ function validateOrganizations (organizations: Organization[]) {
  * validateOrganizations).
  */
 function validateUnique (data: DirectoryData) {
-  const organizations = data.organizations.map(({ id, name }) => ({ id, name, members: [] }))
+  const none = MemberList.of([])
+  const organizations = data.organizations.map(({ id, name }) => ({ id, name, members: none }))
   validateDirectory({ ...data, organizations }, { providers: 'table providers', endpoints: 'table endpoints', organizations: 'table organizations', keys: 'table keys' })
 }
 
@@ -370,8 +372,11 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
     await checkSchema(client)
     const list = await readOrganizationList(client)
     const members = await readMembers(client, 'all')
-    const organizations = list.map(({ id, name }) => ({ id, name, members: members.get(id) ?? [] }))
-    validateOrganizations(organizations)
+    const records = list.map(({ id, name }) => ({ id, name, members: members.get(id) ?? [] }))
+    validateOrganizations(records)
+    members.clear()
+    // Compacted (member-list.ts) one organization at a time, each array let go once done.
+    const organizations = records.map((record) => ({ ...record, members: MemberList.of(record.members.splice(0)) }))
     const data = {
       providers: await readProviders(client),
       endpoints: await readEndpoints(client),
@@ -409,16 +414,17 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
       : list.filter(({ id }) => (work.members as Set<string>).has(id) || !before.has(id)).map(({ id }) => id)
     const members = stale === 'all' || stale.length > 0 ? await readMembers(client, stale) : new Map<string, Member[]>()
     const reread = new Set(stale === 'all' ? list.map(({ id }) => id) : stale)
-    const changed: Organization[] = []
-    const organizations = list.map(({ id, name }) => {
+    const changed = list.filter(({ id }) => !before.has(id) || reread.has(id)).map(({ id, name }) => ({ id, name, members: members.get(id) ?? [] }))
+    validateOrganizations(changed)
+    members.clear()
+    // Members of the previous snapshot that did not change are shared with it.
+    const shared = previous.map((organization) => organization.members)
+    const compacted = new Map(changed.map(({ id, name, members }) => [id, { id, name, members: MemberList.of(members.splice(0), shared) }]))
+    return list.map(({ id, name }): Organization => {
       const old = before.get(id)
       if (old && !reread.has(id)) return old.name === name ? old : { id, name, members: old.members }
-      const organization = { id, name, members: members.get(id) ?? [] }
-      changed.push(organization)
-      return organization
+      return compacted.get(id)!
     })
-    validateOrganizations(changed)
-    return organizations
   }
 
   return {

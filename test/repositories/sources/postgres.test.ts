@@ -199,7 +199,7 @@ describe('following changes', () => {
     expect(change).toBe('members of org_beta changed')
     const [alpha, beta] = after.organizations
     expect(alpha).toBe(data.organizations[0])
-    expect(beta!.members.map((member) => member.id)).toEqual(['user_beta_0', 'user_beta_1', 'user_new', 'user_beta_2'])
+    expect(beta!.members.slice().map((member) => member.id)).toEqual(['user_beta_0', 'user_beta_1', 'user_new', 'user_beta_2'])
     const res = await app.inject({ url: '/v1/organization/members', headers: bearer(KEYS.betaManagement) })
     expect(res.json().total_count).toBe(4)
     expect(res.json().data[2]).toEqual({ id: 'user_new', email: 'new@beta.example', first_name: 'New', last_name: null, role: 'org:member' })

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { KEYS, bearer, build, makeData } from '../../helper.js'
+import { MemberList } from '../../../src/repositories/member-list.js'
 
 const members = (query: string, key = KEYS.alphaManagement) => ({ url: `/v1/organization/members${query}`, headers: bearer(key) })
 
@@ -37,15 +38,14 @@ describe('GET /v1/organization/members', () => {
         if (page.data.length === 0) break
         seen.push(...page.data)
       }
-      expect(seen).toEqual(data.organizations[0]!.members)
+      expect(seen).toEqual(data.organizations[0]!.members.slice())
     }
   })
 
   it('pages members whose names are not ASCII, byte for byte', async () => {
     const names = ['Zoë', '李', 'Ångström', '🦊 Fox', 'O\'Brien "Quote"', 'back\\slash']
     const intl = names.map((name, i) => ({ id: `user_${i}`, email: `u${i}@intl.example`, first_name: name, last_name: name.toUpperCase(), role: 'org:member' as const }))
-    const data = makeData()
-    data.organizations[0]!.members = intl
+    const data = makeData({ organizations: [{ id: 'org_alpha', name: 'Alpha', members: MemberList.of(intl) }] })
     const app = build({ data })
     for (const [offset, limit] of [[0, 100], [1, 2], [3, 1], [5, 5]] as const) {
       const res = await app.inject(members(`?offset=${offset}&limit=${limit}`))
@@ -99,7 +99,7 @@ describe('GET /v1/organization/members', () => {
     const app = build({ data })
     const alpha = (await app.inject(members('?limit=100', KEYS.alphaManagement))).json()
     const beta = (await app.inject(members('?limit=100', KEYS.betaManagement))).json()
-    expect(beta).toEqual({ data: data.organizations[1]!.members, total_count: 3 })
+    expect(beta).toEqual({ data: data.organizations[1]!.members.slice(), total_count: 3 })
     expect(alpha.total_count).toBe(250)
     const betaIds = new Set(beta.data.map((m: { id: string }) => m.id))
     expect(alpha.data.some((m: { id: string }) => betaIds.has(m.id))).toBe(false)

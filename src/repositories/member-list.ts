@@ -1,0 +1,204 @@
+import type { Member } from '../schemas/member.js'
+
+/**
+ * A run of consecutive members: their JSON texts joined by commas, and where each text ends. Its
+ * last member is one whose id hashes to a boundary (or it is full): cut by content, a run of
+ * members that did not change makes the same block in the next snapshot, wherever it now starts.
+ */
+interface Block {
+  readonly json: Buffer
+  readonly ends: Uint32Array
+  /** The hash of its last member's id: where to look for it in the next snapshot. */
+  readonly key: number
+}
+
+/** A block ends after a member whose id hash has these bits clear: about 1,024 members a block. */
+const BOUNDARY_MASK = 1023
+/** At most this many members a block, whatever the ids. */
+const BLOCK_MAX = 8192
+const COMMA = Buffer.from(',')
+
+/**
+ * The members of an organization as the snapshot holds them: serialized, in blocks (above), not as
+ * objects. A million members are some 1,000 buffers (130 MB for 130 MB of JSON) instead of a million
+ * objects and their five strings each (twice that, and a long walk for the garbage collector); a
+ * page is a slice of them, and a snapshot that changed a few members shares every other block with
+ * the one before. Member objects are made only on demand (an export, a test).
+ */
+export class MemberList {
+  /** Made by a MemberListBuilder. */
+  constructor (
+    readonly length: number,
+    /** Read by the next snapshot's builder, to share them. */
+    readonly blocks: readonly Block[],
+    /** The index of the first member of each block. */
+    private readonly starts: Uint32Array
+  ) {}
+
+  /**
+   * A list of these members, whose ids are known to be unique (a primary key says so); blocks equal
+   * to blocks of `previous` are shared with it.
+   */
+  static of (members: Iterable<Member>, previous?: Iterable<MemberList>): MemberList {
+    const builder = new MemberListBuilder(previous, { checkIds: false })
+    for (const member of members) builder.add(member)
+    return builder.finish().list
+  }
+
+  /** The JSON texts of members `start` to `end` (excluded), comma-separated, as pieces to concatenate. */
+  json (start: number, end: number): Buffer[] {
+    const pieces: Buffer[] = []
+    // The last block starting at or before `start`.
+    let low = 0
+    let high = this.blocks.length - 1
+    while (low < high) {
+      const middle = (low + high + 1) >> 1
+      if (this.starts[middle]! <= start) low = middle
+      else high = middle - 1
+    }
+    for (let b = low; b < this.blocks.length && this.starts[b]! < end; b++) {
+      const { json, ends } = this.blocks[b]!
+      const first = Math.max(start - this.starts[b]!, 0)
+      const last = Math.min(end - this.starts[b]!, ends.length) - 1
+      if (pieces.length > 0) pieces.push(COMMA)
+      pieces.push(json.subarray(first === 0 ? 0 : ends[first - 1]! + 1, ends[last]))
+    }
+    return pieces
+  }
+
+  /** Members `start` to `end` (excluded) as objects, as Array.prototype.slice. */
+  slice (start = 0, end = this.length): Member[] {
+    const from = Math.max(0, start < 0 ? this.length + start : start)
+    const to = Math.min(this.length, end < 0 ? this.length + end : end)
+    if (from >= to) return []
+    return JSON.parse(`[${Buffer.concat(this.json(from, to)).toString()}]`) as Member[]
+  }
+
+  /** JSON.stringify writes the members as an array (the data file's form). */
+  toJSON (): Member[] {
+    return this.slice()
+  }
+}
+
+/** Where a member id first repeats: member `index` has the id of member `first`. */
+export interface DuplicateId {
+  index: number
+  first: number
+  id: string
+}
+
+/** The most members an organization may have: room for their id hashes is reserved for as many. */
+export const MAX_MEMBERS = 1 << 24
+
+/**
+ * Builds a MemberList one member at a time, without holding the members: each is serialized into
+ * the block being filled (or its JSON text copied, when the caller has it already), and only the
+ * finished blocks stay. Unless told not to, it also finds an id that repeats, from a 53-bit hash of
+ * each id (8 bytes a member, not a set of a million strings; ids whose hashes collide are compared
+ * for real). The hashes (which also cut the blocks) live in a resizable buffer: reserved once,
+ * filled without copies, and given back to the system as soon as the list is finished, not at some
+ * later garbage collection.
+ */
+export class MemberListBuilder {
+  /** The blocks of the lists this one replaces, by key. */
+  private readonly previous = new Map<number, Block>()
+  private readonly blocks: Block[] = []
+  private readonly starts: number[] = []
+  private count = 0
+  private scratch = Buffer.allocUnsafe(256 * 1024)
+  private used = 0
+  private ends: number[] = []
+  private readonly hashBuffer = new ArrayBuffer(64 * 1024, { maxByteLength: 8 * MAX_MEMBERS })
+  private readonly hashes = new Float64Array(this.hashBuffer)
+  private readonly checkIds: boolean
+
+  constructor (previous: Iterable<MemberList> = [], { checkIds = true } = {}) {
+    for (const list of previous) for (const block of list.blocks) this.previous.set(block.key, block)
+    this.checkIds = checkIds
+  }
+
+  /**
+   * Adds a valid member. `text`, when given, holds between `start` and `end` its JSON exactly as
+   * JSON.stringify would write it, which is copied instead.
+   */
+  add (member: Member, text?: Buffer, start = 0, end = text?.length ?? 0) {
+    const json = text ?? Buffer.from(JSON.stringify(member))
+    if (text === undefined) end = json.length
+    const needed = this.used + (end - start) + 1
+    if (needed > this.scratch.length) {
+      const larger = Buffer.allocUnsafe(Math.max(needed, this.scratch.length * 2))
+      this.scratch.copy(larger, 0, 0, this.used)
+      this.scratch = larger
+    }
+    if (this.ends.length > 0) this.scratch[this.used++] = 0x2c
+    this.used += json.copy(this.scratch, this.used, start, end)
+    this.ends.push(this.used)
+    const hash = hashId(member.id)
+    if (this.count === this.hashes.length) {
+      if (this.count === MAX_MEMBERS) throw new RangeError(`more than ${MAX_MEMBERS} members in one organization`)
+      this.hashBuffer.resize(Math.min(this.hashBuffer.byteLength * 2, this.hashBuffer.maxByteLength))
+    }
+    this.hashes[this.count++] = hash
+    if ((hash % (BOUNDARY_MASK + 1)) === 0 || this.ends.length === BLOCK_MAX) this.closeBlock(hash)
+  }
+
+  /** The list, and the first member (in order) whose id an earlier member has, if checked. Call once. */
+  finish (): { list: MemberList, duplicate?: DuplicateId } {
+    if (this.ends.length > 0) this.closeBlock(this.hashes[this.count - 1]!)
+    const list = new MemberList(this.count, this.blocks, Uint32Array.from(this.starts))
+    try {
+      const duplicate = this.checkIds ? this.duplicateId(list) : undefined
+      return duplicate ? { list, duplicate } : { list }
+    } finally {
+      this.hashBuffer.resize(0)
+    }
+  }
+
+  private duplicateId (list: MemberList): DuplicateId | undefined {
+    const sorted = this.hashes.subarray(0, this.count).sort()
+    const colliding = new Set<number>()
+    for (let i = 1; i < sorted.length; i++) if (sorted[i] === sorted[i - 1]) colliding.add(sorted[i]!)
+    if (colliding.size === 0) return undefined
+    // Rare (a repeated id, or a one-in-a-billion collision): the ids of those hashes, in order.
+    const seen = new Map<string, number>()
+    for (let start = 0; start < list.length; start += BLOCK_MAX) {
+      const members = list.slice(start, start + BLOCK_MAX)
+      for (let k = 0; k < members.length; k++) {
+        const { id } = members[k]!
+        if (!colliding.has(hashId(id))) continue
+        const first = seen.get(id)
+        if (first !== undefined) return { index: start + k, first, id }
+        seen.set(id, start + k)
+      }
+    }
+    return undefined
+  }
+
+  private closeBlock (key: number) {
+    const json = this.scratch.subarray(0, this.used)
+    const shared = this.previous.get(key)
+    if (shared && shared.ends.length === this.ends.length && shared.json.equals(json)) {
+      this.blocks.push(shared)
+    } else {
+      // Its own memory, not a slice of a shared pool: it may outlive every other block of this list.
+      const own = Buffer.allocUnsafeSlow(json.length)
+      json.copy(own)
+      this.blocks.push({ json: own, ends: Uint32Array.from(this.ends), key })
+    }
+    this.starts.push(this.count - this.ends.length)
+    this.used = 0
+    this.ends = []
+  }
+}
+
+/** Two 32-bit FNV-1a-style hashes of the UTF-16 code units, as one 53-bit integer. */
+function hashId (id: string): number {
+  let a = 0x811c9dc5
+  let b = 0x01000193
+  for (let i = 0; i < id.length; i++) {
+    const c = id.charCodeAt(i)
+    a = Math.imul(a ^ c, 0x01000193)
+    b = Math.imul(b ^ c, 0x5bd1e995) ^ (b >>> 15)
+  }
+  return (a >>> 0) * 0x200000 + ((b >>> 0) & 0x1fffff)
+}
