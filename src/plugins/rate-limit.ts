@@ -3,7 +3,7 @@ import fp from 'fastify-plugin'
 import { normalizeIP } from '@fastify/rate-limit'
 import LocalStore from '@fastify/rate-limit/store/LocalStore.js'
 import RedisStore from '@fastify/rate-limit/store/RedisStore.js'
-import { Redis } from 'ioredis'
+import type { Redis } from 'ioredis'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 
 interface RateLimitOptions {
@@ -69,6 +69,8 @@ async function rateLimitPlugin (app: FastifyInstance, { perMinute, anonymousPerM
     app.log.warn({ err }, 'rate-limit store (Redis) unavailable: serving without limits until it returns')
   }
   if (redisUrl) {
+    // Loaded only when asked for: ioredis costs its start-up time to every server that has no Redis.
+    const { Redis } = await import('ioredis')
     redis = new Redis(redisUrl, {
       // Fail fast instead of queueing while disconnected: the request is served (fail open), and
       // ioredis keeps reconnecting in the background.
@@ -91,7 +93,7 @@ async function rateLimitPlugin (app: FastifyInstance, { perMinute, anonymousPerM
     app.addHook('onClose', async () => { redis!.disconnect() })
   }
 
-    // One store per bucket, created as @fastify/rate-limit's plugin creates them, but called from
+  // One store per bucket, created as @fastify/rate-limit's plugin creates them, but called from
   // callback hooks: in memory the count is answered at once, where the plugin's createRateLimit puts
   // a chain of promises (and a turn of the microtask queue) on every request.
   const storeOf = (bucket: string): LocalStore | RedisStore => redis
