@@ -22,7 +22,9 @@ export class AccessLogController extends LogController {
 export function logRequestCompleted (request: FastifyRequest, reply: FastifyReply, error?: Error | null) {
   const log = reply.log
   // The request's own bindings as the line's first fields: the same line as its child logger writes.
-  const [logger, bindings] = log instanceof RequestLogger ? [log.parent, log.bindings] : [log, undefined]
+  const lazy = log instanceof RequestLogger
+  const logger = lazy ? log.parent : log
+  const bindings = lazy ? log.bindings : undefined
   // Milliseconds to the microsecond: the digits beyond are noise, and each access line costs its bytes.
   const line = { ...bindings, method: request.method, url: truncate(request.url, LOGGED_URL_MAX), statusCode: reply.statusCode, responseTime: Math.round(reply.elapsedTime * 1000) / 1000 }
   if (error) logger.error({ ...line, err: error }, 'request errored')
@@ -58,7 +60,8 @@ class RequestLogger implements FastifyBaseLogger {
  * (the probes log at warn), for which the child is made at once as Fastify does.
  */
 export function requestLogger (logger: FastifyBaseLogger, bindings: Bindings, options: ChildLoggerOptions): FastifyBaseLogger {
-  if (Object.keys(options).length > 0) return logger.child(bindings, options)
+  // The only two options Fastify passes, for a route that sets them.
+  if (options.level !== undefined || options.serializers !== undefined) return logger.child(bindings, options)
   return new RequestLogger(logger, bindings)
 }
 

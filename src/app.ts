@@ -101,8 +101,8 @@ export function buildApp ({ directory, log, settings }: AppOptions) {
   // moment, not memory for as long as it lasts.
   app.server.maxConnections = config.MAX_CONNECTIONS
 
-  // Lists and member pages are serialized once per data snapshot, and the rest (errors, probes) are a few
-  // bytes: JSON.stringify serves those, and start-up compiles no serializer per response schema
+  // Lists and members are serialized once per data snapshot (a page is slices of them), and the rest
+  // (errors, probes) are a few bytes: JSON.stringify serves those, and start-up compiles no serializer per response schema
   // (70 ms); the response schemas still document every answer.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data))
 

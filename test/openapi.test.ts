@@ -157,7 +157,7 @@ describe('every documented response, provoked', () => {
   const provocations: Record<string, Record<string, { key?: string, query?: string, ifNoneMatch?: string, headers?: Record<string, string[]>, payload?: string, directory?: Directory }>> = {
     listProviders: {
       200: { key: KEYS.alphaStandard },
-      304: { key: KEYS.alphaStandard, ifNoneMatch: current.providers().etag },
+      304: { key: KEYS.alphaStandard, ifNoneMatch: current.providers().representations.identity.etag },
       400: { headers: { authorization: [`Bearer ${KEYS.alphaStandard}`, 'Bearer other'] } },
       401: {},
       413: { key: KEYS.alphaStandard, payload: tooLarge },
@@ -166,7 +166,7 @@ describe('every documented response, provoked', () => {
     },
     listEndpointsZdr: {
       200: { key: KEYS.alphaStandard },
-      304: { key: KEYS.alphaStandard, ifNoneMatch: current.zdrEndpoints().etag },
+      304: { key: KEYS.alphaStandard, ifNoneMatch: current.zdrEndpoints().representations.identity.etag },
       400: { key: KEYS.alphaStandard, headers: { host: ['a.example', 'b.example'] } },
       401: { key: 'sk-or-v1-unknown' },
       413: { payload: tooLarge },

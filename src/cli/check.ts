@@ -2,15 +2,16 @@
 // that build data. Usage: npm run check -- --fixtures-dir DIR (default: FIXTURES_DIR, else the bundled data)
 import { parseArgs } from 'node:util'
 import { loadConfig } from '../config.js'
+import { countRecords } from '../repositories/directory.js'
 import { loadFixtures } from '../repositories/sources/files.js'
 
 async function main () {
   const { values } = parseArgs({ options: { 'fixtures-dir': { type: 'string' } } })
   const dir = values['fixtures-dir'] ?? loadConfig().FIXTURES_DIR
   const data = await loadFixtures(dir)
-  const members = data.organizations.reduce((sum, organization) => sum + organization.members.length, 0)
-  process.stdout.write(`${dir}: valid: ${data.providers.length} providers, ${data.endpoints.length} ZDR endpoints, ` +
-    `${data.organizations.length} organizations, ${members} members, ${data.keys.length} keys\n`)
+  const { providers, endpoints, organizations, members, keys } = countRecords(data)
+  process.stdout.write(`${dir}: valid: ${providers} providers, ${endpoints} ZDR endpoints, ` +
+    `${organizations} organizations, ${members} members, ${keys} keys\n`)
 }
 
 main().catch((error: Error) => {

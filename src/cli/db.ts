@@ -9,6 +9,7 @@ import { FIXTURE_FILES, loadFixtures } from '../repositories/sources/files.js'
 import { connectPostgres, createPostgresSource, locationOf } from '../repositories/sources/postgres.js'
 import { migrate } from '../repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../repositories/sources/postgres-write.js'
+import { countRecords } from '../repositories/directory.js'
 
 const USAGE = 'usage: npm run db -- migrate | import --fixtures-dir <dir> | export --fixtures-dir <dir>'
 
@@ -59,8 +60,8 @@ async function main () {
 }
 
 function count (data: Awaited<ReturnType<typeof loadFixtures>>) {
-  const members = data.organizations.reduce((sum, organization) => sum + organization.members.length, 0)
-  return `${data.providers.length} providers, ${data.endpoints.length} endpoints, ${data.organizations.length} organizations with ${members} members, ${data.keys.length} keys`
+  const { providers, endpoints, organizations, members, keys } = countRecords(data)
+  return `${providers} providers, ${endpoints} endpoints, ${organizations} organizations with ${members} members, ${keys} keys`
 }
 
 main().catch((error: Error) => {

@@ -42,7 +42,8 @@ export function createDirectory (source: string, data: DirectoryData) {
   } satisfies Directory & Record<string, unknown>
 }
 
-function countRecords (data: DirectoryData): DirectoryInfo['records'] {
+/** Records of each kind; `members` counts all organizations' members. */
+export function countRecords (data: DirectoryData): DirectoryInfo['records'] {
   return {
     providers: data.providers.length,
     endpoints: data.endpoints.length,

@@ -88,7 +88,7 @@ export interface DuplicateId {
 }
 
 /** The most members an organization may have: room for their id hashes is reserved for as many. */
-export const MAX_MEMBERS = 1 << 24
+const MAX_MEMBERS = 1 << 24
 
 /**
  * Builds a MemberList one member at a time, without holding the members: each is serialized into

@@ -16,13 +16,8 @@ export interface Representation {
   weakEtag: string
 }
 
-/** A list serialized once, with its entity tags, and compressed once in each coding. */
+/** A list serialized once, and compressed once in each coding, each body with its entity tags. */
 export interface SerializedList {
-  json: Buffer
-  /** Strong entity tag of `json`. */
-  etag: string
-  /** The same tag, weak (`W/"…"`), which If-None-Match may carry too. */
-  weakEtag: string
   representations: Record<ListCoding, Representation>
 }
 
@@ -124,9 +119,6 @@ function serializeList (records: readonly unknown[]): SerializedList {
   gzip(json, GZIP_OPTIONS, (error, body) => { if (!error) compressed.gzip ??= representation(body) })
   brotliCompress(json, brotliOptions(json), (error, body) => { if (!error) compressed.br ??= representation(body) })
   return {
-    json,
-    etag: identity.etag,
-    weakEtag: identity.weakEtag,
     representations: {
       identity,
       get gzip () { return (compressed.gzip ??= representation(gzipSync(json, GZIP_OPTIONS))) },

@@ -176,7 +176,7 @@ CREATE TRIGGER members_notify_truncate AFTER TRUNCATE ON members
 }]
 
 /** The schema version this build reads and writes. */
-export const SCHEMA_VERSION = MIGRATIONS.at(-1)!.version
+const SCHEMA_VERSION = MIGRATIONS.at(-1)!.version
 
 // Any constant both sides agree on: it names "the migration lock" among advisory locks.
 const MIGRATION_LOCK = 7_208_114_231

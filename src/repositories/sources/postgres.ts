@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import { DataError, validateDirectory, validateRecords, type DirectoryData, type Organization, type RecordKind, type Records } from '../records.js'
 import { MemberList } from '../member-list.js'
+import { quoteValue } from '../../schemas/describe-error.js'
 import type { DirectorySource, SourceListener } from '../source.js'
 import type { Member } from '../../schemas/member.js'
 import { CHANNEL, checkSchema } from './postgres-schema.js'
@@ -96,8 +97,6 @@ function locateRow (error: unknown, table: string, keyOf: (index: number) => str
   throw new DataError(`table ${table}, row ${keyOf(Number(match[1]))}: ${rest}`)
 }
 
-const quote = (value: string) => JSON.stringify(value)
-
 /** Copies `object` with `keys` first, in that order (jsonb keeps keys in an order of its own). */
 function inOrder<T extends object> (object: T | null, keys: readonly string[]): T | null {
   if (object === null || typeof object !== 'object' || Array.isArray(object)) return object
@@ -120,7 +119,7 @@ async function readProviders (client: pg.ClientBase) {
   try {
     return validateRecords('providers', records, 'providers')
   } catch (error) {
-    locateRow(error, 'providers', (index) => `slug ${quote(rows[index].slug)}`)
+    locateRow(error, 'providers', (index) => `slug ${quoteValue(rows[index].slug)}`)
   }
 }
 
@@ -148,7 +147,7 @@ async function readKeys (client: pg.ClientBase) {
   try {
     return validateRecords('keys', rows, 'keys')
   } catch (error) {
-    locateRow(error, 'keys', (index) => `name ${quote(rows[index].name)}`)
+    locateRow(error, 'keys', (index) => `name ${quoteValue(rows[index].name)}`)
   }
 }
 
@@ -189,8 +188,8 @@ async function readMembers (client: pg.ClientBase, ids: string[] | 'all') {
 
 /**
  * Organizations whose members were read, against the schemas. Member ids are unique within their
- * organization by the primary key (organization_id, id), so validateMembers, which costs more than
- * the schemas on a large organization, would only say it again.
+ * organization by the primary key (organization_id, id), so compactMembers' check, which costs more
+ * than the schemas on a large organization, would only say it again.
  */
 function validateOrganizations (organizations: Records<'organizations'>) {
   try {
@@ -200,21 +199,20 @@ function validateOrganizations (organizations: Records<'organizations'>) {
     const member = /^[^:]+: \[(\d+)\]\.members\[(\d+)\]\.?(.*)$/.exec(error.message)
     if (member) {
       const organization = organizations[Number(member[1])]!
-      throw new DataError(`table members, row organization_id ${quote(organization.id)}, id ${quote(organization.members[Number(member[2])]!.id)}: ${member[3]}`)
+      throw new DataError(`table members, row organization_id ${quoteValue(organization.id)}, id ${quoteValue(organization.members[Number(member[2])]!.id)}: ${member[3]}`)
     }
-    locateRow(error, 'organizations', (index) => `id ${quote(organizations[index]!.id)}`)
+    locateRow(error, 'organizations', (index) => `id ${quoteValue(organizations[index]!.id)}`)
   }
 }
 
+const TABLES = { providers: 'table providers', endpoints: 'table endpoints', organizations: 'table organizations', keys: 'table keys' }
+
 /**
  * The rules between records (validateDirectory) over the parts given. The unique constraints hold
- * them already; checking says so in the files' terms too. Members are left out (see
- * validateOrganizations).
+ * them already; checking says so in the files' terms too.
  */
 function validateUnique (data: DirectoryData) {
-  const none = MemberList.of([])
-  const organizations = data.organizations.map(({ id, name }) => ({ id, name, members: none }))
-  validateDirectory({ ...data, organizations }, { providers: 'table providers', endpoints: 'table endpoints', organizations: 'table organizations', keys: 'table keys' })
+  validateDirectory(data, TABLES)
 }
 
 /**

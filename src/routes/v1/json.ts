@@ -11,7 +11,7 @@ function sendSerialized (reply: FastifyReply, json: Buffer) {
 }
 
 /**
- * Sends a list in the coding the client prefers, compressed at load, with that representation's
+ * Sends a list in the coding the client prefers, compressed once per snapshot, with that representation's
  * strong ETag, or a bodiless 304 when the client already has that representation.
  * (@fastify/etag would hash every other response of the scope, errors included, and only knows
  * a single exact tag; this is the whole of If-None-Match, RFC 9110 section 13.1.2, in a few lines.)
