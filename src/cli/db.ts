@@ -1,11 +1,12 @@
 // The PostgreSQL store: npm run db -- migrate | import --fixtures-dir DIR | export --fixtures-dir DIR
 // DATABASE_URL names the database; DATABASE_CONNECT_TIMEOUT_MS bounds the wait for it.
-import { mkdir, rename, writeFile } from 'node:fs/promises'
+import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { loadConfig } from '../config.js'
 import { RECORD_KINDS } from '../repositories/records.js'
 import { FIXTURE_FILES, loadFixtures } from '../repositories/sources/files.js'
+import { writeJsonFile } from '../repositories/json-file.js'
 import { connectPostgres, createPostgresSource, locationOf } from '../repositories/sources/postgres.js'
 import { migrate } from '../repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../repositories/sources/postgres-write.js'
@@ -30,9 +31,7 @@ async function main () {
       const data = await source.load()
       await mkdir(dir!, { recursive: true })
       for (const kind of RECORD_KINDS) {
-        const file = join(dir!, FIXTURE_FILES[kind])
-        await writeFile(`${file}.tmp`, JSON.stringify(data[kind], null, 2) + '\n')
-        await rename(`${file}.tmp`, file)
+        await writeJsonFile(join(dir!, FIXTURE_FILES[kind]), data[kind])
       }
       process.stderr.write(`exported ${count(data)} from ${source.location} to ${dir}\n`)
     } finally {

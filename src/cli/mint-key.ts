@@ -4,12 +4,13 @@
 // Usage: npm run key -- --kind management --org org_x --name ci [--fixtures-dir DIR]
 //        npm run key -- revoke --name ci [--fixtures-dir DIR]
 import { hash, randomBytes } from 'node:crypto'
-import { readFile, rename, writeFile } from 'node:fs/promises'
+import { access } from 'node:fs/promises'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { loadConfig } from '../config.js'
-import { DataError, validateRecords } from '../repositories/records.js'
+import { validateRecords } from '../repositories/records.js'
 import { FIXTURE_FILES } from '../repositories/sources/files.js'
+import { readJsonFile, writeJsonFile } from '../repositories/json-file.js'
 import { connectPostgres, locationOf } from '../repositories/sources/postgres.js'
 import { deleteKey, insertKey, organizationExists } from '../repositories/sources/postgres-write.js'
 import { KEY_KINDS, type ApiKey } from '../schemas/fixtures.js'
@@ -47,11 +48,7 @@ async function openStore (fixturesDir: string | undefined): Promise<KeyStore> {
     throw new Error('no data to write into: pass --fixtures-dir <dir>, or set FIXTURES_DIR or DATABASE_URL (the bundled fixtures/ folder is left alone)')
   }
   const file = join(dir, FIXTURE_FILES.keys)
-  const write = async (keys: ApiKey[]) => {
-    // Write then rename: a server reading the folder never sees half a file.
-    await writeFile(`${file}.tmp`, JSON.stringify(keys, null, 2) + '\n')
-    await rename(`${file}.tmp`, file)
-  }
+  const write = (keys: ApiKey[]) => writeJsonFile(file, keys)
   return {
     where: file,
     async add (key) {
@@ -67,7 +64,7 @@ async function openStore (fixturesDir: string | undefined): Promise<KeyStore> {
       return true
     },
     async hasOrganization (id) {
-      const organizations = await readFile(join(dir, FIXTURE_FILES.organizations), 'utf8').then(JSON.parse, () => [])
+      const organizations = await readJsonFile(join(dir, FIXTURE_FILES.organizations), FIXTURE_FILES.organizations).catch(() => [])
       return Array.isArray(organizations) && organizations.some((organization) => organization?.id === id)
     },
     close: async () => {}
@@ -76,20 +73,8 @@ async function openStore (fixturesDir: string | undefined): Promise<KeyStore> {
 
 /** The keys of keys.json, checked; none when it does not exist yet and `mayBeMissing`. */
 async function readKeys (file: string, mayBeMissing: boolean): Promise<ApiKey[]> {
-  let text: string
-  try {
-    text = await readFile(file, 'utf8')
-  } catch (error) {
-    if (mayBeMissing && (error as NodeJS.ErrnoException).code === 'ENOENT') return []
-    throw new DataError(`${FIXTURE_FILES.keys}: cannot read ${file} (${(error as NodeJS.ErrnoException).code ?? String(error)})`)
-  }
-  let value: unknown
-  try {
-    value = JSON.parse(text)
-  } catch (error) {
-    throw new DataError(`${FIXTURE_FILES.keys}: not valid JSON (${(error as Error).message})`)
-  }
-  return validateRecords('keys', value, FIXTURE_FILES.keys)
+  if (mayBeMissing && await access(file).then(() => false, (error: NodeJS.ErrnoException) => error.code === 'ENOENT')) return []
+  return validateRecords('keys', await readJsonFile(file, FIXTURE_FILES.keys), FIXTURE_FILES.keys)
 }
 
 async function main () {

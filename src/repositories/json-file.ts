@@ -1,5 +1,5 @@
 import { constants } from 'node:fs'
-import { open, type FileHandle } from 'node:fs/promises'
+import { open, rename, writeFile, type FileHandle } from 'node:fs/promises'
 import { isUtf8 } from 'node:buffer'
 
 /**
@@ -228,4 +228,10 @@ function findSyntaxError (text: string): { at: number, problem: string } {
       break
     }
   }
+}
+
+/** Writes a data file whole: written beside it, then renamed over it, so a server reading the folder never sees half of it. */
+export async function writeJsonFile (path: string, value: unknown) {
+  await writeFile(`${path}.tmp`, JSON.stringify(value, null, 2) + '\n')
+  await rename(`${path}.tmp`, path)
 }
