@@ -7,6 +7,7 @@ import { ErrorSchema } from '../schemas/common.js'
 import { logRawAnswer, logRequestCompleted } from '../access-log.js'
 import { truncate } from '../truncate.js'
 import { REQUEST_ID_HEADER, newRequestId } from './request-id.js'
+import { announcesBody } from './request-checks.js'
 
 /** How much of a path or a value a message echoes back: enough to recognise it, never a flood. */
 export const ECHO_MAX = 200
@@ -34,10 +35,12 @@ function validationMessage (error: FastifyError): string {
 
 /** A body was announced and has not all arrived (`complete` is also false, for a moment, without a body). */
 function hasUnreadBody (request: FastifyRequest): boolean {
-  const { headers } = request
-  const announced = headers['transfer-encoding'] !== undefined || (headers['content-length'] !== undefined && headers['content-length'] !== '0')
-  return announced && !request.raw.complete
+  return announcesBody(request.headers) && !request.raw.complete
 }
+
+/** Every operation answers GET and HEAD only. */
+const ALLOWED_METHODS = 'GET, HEAD'
+const methodNotAllowed = (method: string | undefined, path: string) => `Method ${method} is not allowed on ${truncate(path, ECHO_MAX)}; use GET`
 
 /** 4xx keep their clear message; a 5xx says only its status, and its real cause goes to the log. */
 function sendError (error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
@@ -101,7 +104,7 @@ export function clientErrorHandler (this: FastifyInstance, error: Error & { code
 function answerConnect (app: FastifyInstance, request: IncomingMessage, socket: Socket) {
   const requestId = newRequestId()
   socket.on('error', () => {})
-  writeRawError(socket, requestId, 405, `Method CONNECT is not allowed on ${truncate(request.url ?? '', ECHO_MAX)}; use GET`, 'Allow: GET, HEAD\r\n')
+  writeRawError(socket, requestId, 405, methodNotAllowed('CONNECT', request.url ?? ''), `Allow: ${ALLOWED_METHODS}\r\n`)
   logRawAnswer(app.log, { reqId: requestId, statusCode: 405, method: request.method, url: request.url })
   socket.destroySoon()
 }
@@ -116,13 +119,11 @@ async function errorsPlugin (app: FastifyInstance) {
 
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?', 1)[0] ?? request.url
-    const shown = truncate(path, ECHO_MAX)
     // Every route is read-only: a known path asked with another method is a 405, not a 404.
     if (request.method !== 'GET' && request.method !== 'HEAD' && app.hasRoute({ method: 'GET', url: path })) {
-      return reply.code(405).header('allow', 'GET, HEAD')
-        .send(errorBody(405, `Method ${request.method} is not allowed on ${shown}; use GET`))
+      return reply.code(405).header('allow', ALLOWED_METHODS).send(errorBody(405, methodNotAllowed(request.method, path)))
     }
-    return reply.code(404).send(errorBody(404, `Not found: ${request.method} ${shown}`))
+    return reply.code(404).send(errorBody(404, `Not found: ${request.method} ${truncate(path, ECHO_MAX)}`))
   })
 }
 

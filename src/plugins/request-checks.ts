@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http'
 import fp from 'fastify-plugin'
 import createError from '@fastify/error'
 import { errorCodes, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
@@ -33,9 +34,14 @@ function checkHeaders (request: FastifyRequest): Error | undefined {
  * body it leaves alone: Node.js would then read it to the end after the answer, however long.
  * Read it here under the same bound, and drop it.
  */
+/** The request says a body follows: chunked, or a length that is not zero. */
+export function announcesBody (headers: IncomingHttpHeaders): boolean {
+  return headers['transfer-encoding'] !== undefined || (headers['content-length'] ?? '0') !== '0'
+}
+
 function readBodyOfGet (request: FastifyRequest, limit: number, done: (err?: Error) => void) {
   const { headers, raw } = request
-  if (headers['transfer-encoding'] === undefined && (headers['content-length'] ?? '0') === '0') return done()
+  if (!announcesBody(headers)) return done()
   if (Number(headers['content-length']) > limit) return done(new errorCodes.FST_ERR_CTP_BODY_TOO_LARGE())
   let received = 0
   const finish = (error?: Error) => {
