@@ -34,6 +34,21 @@ interface Window {
   exceeded: boolean
 }
 
+// Client addresses normalized (an IPv6 address to its /64, as @fastify/rate-limit counts them), each
+// once: normalizeIP runs an IPv6 regular expression, and this check runs on every request.
+const normalized = new Map<string, string>()
+const NORMALIZED_MAX = 10_000
+
+function addressOf (ip: string): string {
+  let address = normalized.get(ip)
+  if (address === undefined) {
+    address = normalizeIP(ip)
+    if (normalized.size >= NORMALIZED_MAX) normalized.clear()
+    normalized.set(ip, address)
+  }
+  return address
+}
+
 function setLimitHeaders (reply: FastifyReply, { max, remaining, ttlInSeconds }: Window) {
   reply.header('x-ratelimit-limit', max)
   reply.header('x-ratelimit-remaining', remaining)
@@ -119,7 +134,7 @@ async function rateLimitPlugin (app: FastifyInstance, { perMinute, anonymousPerM
   }
 
   if (anonymousPerMinute > 0) {
-    const byAddress = limiter(anonymousPerMinute, 'address', (request) => normalizeIP(request.ip))
+    const byAddress = limiter(anonymousPerMinute, 'address', (request) => addressOf(request.ip))
     app.addHook('onRequest', (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
       byAddress(request, false, (window) => {
         // Read, not counted: the budget is spent once `max` requests have failed.
