@@ -34,6 +34,8 @@ const ROOT = new URL('..', import.meta.url).pathname
 // The service starts as `npm start` and the image's CMD do (a test holds those two equal).
 const START = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts.start.split(' ')
 const BASELINE = join(ROOT, 'scripts/bench-baseline.mjs')
+// Fastify alone (one route, no hook), answering the same bytes: what the framework costs by itself.
+const FASTIFY_ALONE = join(ROOT, 'scripts/bench-fastify.mjs')
 // The service with auth or validation taken out, for their cost (no setting turns them off).
 const WITHOUT = join(ROOT, 'scripts/bench-without.mjs')
 
@@ -140,8 +142,11 @@ async function startService (name, fixturesDir, key, settings = {}, without = un
   return { name, url, key, child, firstAnswerMs, rssAfterStart: rssMb(child.pid) }
 }
 
-/** Starts a baseline answering with the bytes the service sends for `path` (and these headers). */
-async function startBaseline (service, path, requestHeaders) {
+/**
+ * Starts a baseline answering with the bytes the service sends for `path` (and these headers): the
+ * raw node:http one (BASELINE), or another server script taking the same arguments.
+ */
+async function startBaseline (service, path, requestHeaders, script = BASELINE) {
   // fetch asks for gzip by default and decodes it: the baseline is given what wrk gets, uncompressed.
   const res = await fetch(`${service.url}${path}`, { headers: { authorization: `Bearer ${service.key}`, 'accept-encoding': 'identity', ...requestHeaders } })
   const headers = {}
@@ -151,7 +156,7 @@ async function startBaseline (service, path, requestHeaders) {
   const file = join(work, `baseline-${nextPort}.json`)
   writeFileSync(file, JSON.stringify({ status: res.status, headers, body: Buffer.from(await res.arrayBuffer()).toString('base64') }))
   const port = nextPort++
-  const child = spawn(...pinned(SERVER_CORE, process.execPath, [BASELINE, file, String(port)]), { stdio: ['ignore', 'pipe', 'inherit'] })
+  const child = spawn(...pinned(SERVER_CORE, process.execPath, [script, file, String(port)]), { stdio: ['ignore', 'pipe', 'inherit'] })
   children.add(child)
   await once(child.stdout, 'data')
   return { url: `http://127.0.0.1:${port}`, child, status: res.status }
@@ -356,8 +361,11 @@ async function main () {
   print()
   print('## Service against baseline (bundled fixtures)')
   print()
-  print('| Operation | Service req/s | Baseline req/s | Ratio | Service p50 / p99 | Baseline p50 / p99 | Errors |')
-  print('|---|---:|---:|---:|---:|---:|---:|')
+  print('"Fastify alone" is Fastify with one route and no hook, plugin or logger, answering the same bytes, against')
+  print('the same baseline in the same run: what the framework costs by itself, the most the service could reach.')
+  print()
+  print('| Operation | Service req/s | Baseline req/s | Ratio | Fastify alone: ratio | Service p50 / p99 | Baseline p50 / p99 | Errors |')
+  print('|---|---:|---:|---:|---:|---:|---:|---:|')
 
   // `target`: the least ratio service/baseline aimed at (issue 12), with every default on.
   const operations = [
@@ -376,11 +384,15 @@ async function main () {
       await res.arrayBuffer()
       headers['if-none-match'] = res.headers.get('etag') ?? '"none"'
     }
-    const baseline = await startBaseline(bundled, op.path, op.conditional ? { 'if-none-match': headers['if-none-match'] } : {})
+    const conditionalHeaders = op.conditional ? { 'if-none-match': headers['if-none-match'] } : {}
+    const baseline = await startBaseline(bundled, op.path, conditionalHeaders)
     // Baseline first, so that the ratio reads service/baseline.
     const { a: b, b: s, ratio } = await alternate([{ url: baseline.url, headers }, { url: `${bundled.url}${op.path}`, headers }])
+    const fastify = await startBaseline(bundled, op.path, conditionalHeaders, FASTIFY_ALONE)
+    const alone = await alternate([{ url: baseline.url, headers }, { url: `${fastify.url}${op.path}`, headers }])
     await stop(baseline.child)
-    print(`| ${op.label} | ${fmt(s.rps)} | ${fmt(b.rps)} | ${fmt(ratio, 2)} | ${ms(s.p50)} / ${ms(s.p99)} | ${ms(b.p50)} / ${ms(b.p99)} | ${s.errors} |`)
+    await stop(fastify.child)
+    print(`| ${op.label} | ${fmt(s.rps)} | ${fmt(b.rps)} | ${fmt(ratio, 2)} | ${fmt(alone.ratio, 2)} | ${ms(s.p50)} / ${ms(s.p99)} | ${ms(b.p50)} / ${ms(b.p99)} | ${s.errors} |`)
     if (op.target) target(`${op.label}: service/baseline`, `>= ${op.target}`, fmt(ratio, 2), ratio >= op.target)
     target(`${op.label}: p99 at ${CONNECTIONS} connections`, '< 5 ms', ms(s.p99), s.p99 < 5)
   }
