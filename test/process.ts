@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
-import { createServer, type AddressInfo } from 'node:net'
+import { createServer } from 'node:net'
 
 export interface RunningServer {
   process: ChildProcess
@@ -49,14 +49,30 @@ export async function failToStart (env: Record<string, string>) {
   return { code: code as number, output }
 }
 
-/** A port nobody listens on right now. */
+// Ports for servers that must be told their port before they start (a HEALTHCHECK reads PORT; Redis
+// and PostgreSQL restart on theirs). Taken below the kernel's range for listen(0) (32768 and up on
+// Linux), where no other test's server can be given the same port between our check and our
+// server's bind, and split between vitest's workers, which run test files at the same time.
+const PORTS_PER_WORKER = 200
+const FIRST_PORT = 20000 + (Number(process.env.VITEST_POOL_ID ?? 0) % 60) * PORTS_PER_WORKER
+let nextPort = 0
+
+/** A port of this worker's share that nobody listens on right now. */
 export async function freePort () {
-  const server = createServer().listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as AddressInfo
-  server.close()
-  await once(server, 'close')
-  return port
+  for (let tries = 0; tries < PORTS_PER_WORKER; tries++) {
+    const port = FIRST_PORT + (nextPort++ % PORTS_PER_WORKER)
+    const server = createServer()
+    const free = await new Promise<boolean>((resolve) => {
+      server.once('error', () => resolve(false))
+      server.listen(port, '127.0.0.1', () => resolve(true))
+    })
+    if (free) {
+      server.close()
+      await once(server, 'close')
+      return port
+    }
+  }
+  throw new Error(`no free port from ${FIRST_PORT} to ${FIRST_PORT + PORTS_PER_WORKER - 1}`)
 }
 
 /** The management key of Acme AI in the bundled fixtures (README, "Development keys"). */

@@ -1,4 +1,4 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { KEYS, bearer, build, captureLogs } from '../helper.js'
 import { startRedis, type RedisServer } from '../redis.js'
 
@@ -14,7 +14,6 @@ function expectWindow (headers: Record<string, unknown>, limit: number, remainin
 
 describe('rate limit per key', () => {
   let app: ReturnType<typeof build>
-  afterEach(() => app.close())
 
   it('counts every answer of a key across the operations, then answers 429 with Retry-After', async () => {
     app = build({ settings: { RATE_LIMIT_PER_MINUTE: 3 } })
@@ -72,7 +71,6 @@ describe('rate limit per key', () => {
 
 describe('rate limit per client address, for requests without a valid key', () => {
   let app: ReturnType<typeof build>
-  afterEach(() => app.close())
 
   it('counts missing, malformed and unknown keys, then refuses the address, even with a valid key, before looking at it', async () => {
     app = build({ settings: { RATE_LIMIT_ANONYMOUS_PER_MINUTE: 3 } })
@@ -122,63 +120,55 @@ describe('rate limits shared in Redis', () => {
 
   it('gives a key N a minute in total across three replicas, not 3N', async () => {
     const replicas = [1, 2, 3].map(() => build({ settings: { RATE_LIMIT_PER_MINUTE: 5, REDIS_URL: redis.url } }))
-    try {
-      const urls = await Promise.all(replicas.map((app) => app.listen({ host: '127.0.0.1', port: 0 })))
-      const statuses: number[] = []
-      for (let i = 0; i < 12; i++) {
-        const res = await fetch(`${urls[i % 3]}/v1/providers`, { headers: bearer(KEYS.alphaStandard) })
-        await res.arrayBuffer()
-        statuses.push(res.status)
-        if (i < 5) expect(res.headers.get('x-ratelimit-remaining')).toBe(String(4 - i))
-      }
-      expect(statuses).toEqual([...Array(5).fill(200), ...Array(7).fill(429)])
-    } finally {
-      await Promise.all(replicas.map((app) => app.close()))
+    const urls = await Promise.all(replicas.map((app) => app.listen({ host: '127.0.0.1', port: 0 })))
+    const statuses: number[] = []
+    for (let i = 0; i < 12; i++) {
+      const res = await fetch(`${urls[i % 3]}/v1/providers`, { headers: bearer(KEYS.alphaStandard) })
+      await res.arrayBuffer()
+      statuses.push(res.status)
+      if (i < 5) expect(res.headers.get('x-ratelimit-remaining')).toBe(String(4 - i))
     }
+    expect(statuses).toEqual([...Array(5).fill(200), ...Array(7).fill(429)])
   })
 
   it('serves without limits while Redis is down (logged once, counted), and shares the count again when it returns', async () => {
     const { lines, log } = captureLogs()
     const app = build({ log, settings: { RATE_LIMIT_PER_MINUTE: 2, REDIS_URL: redis.url } })
-    try {
-      const url = `${await app.listen({ host: '127.0.0.1', port: 0 })}/v1/providers`
-      const get = async () => {
-        const res = await fetch(url, { headers: bearer(KEYS.betaManagement) })
-        await res.arrayBuffer()
-        return res
-      }
-      expect((await get()).status).toBe(200)
-      expect((await get()).status).toBe(200)
-      expect((await get()).status).toBe(429)
-
-      await redis.stop()
-      for (let i = 0; i < 5; i++) {
-        const res = await get()
-        expect(res.status).toBe(200)
-        expect(res.headers.get('x-ratelimit-limit')).toBeNull()
-      }
-      const down = lines.filter((line) => String(line.msg).startsWith('rate-limit store (Redis) unavailable'))
-      expect(down).toHaveLength(1)
-      expect(down[0]!.level).toBe(40)
-      const metrics = await (await fetch(url.replace('/v1/providers', '/metrics'))).text()
-      expect(Number(/^rate_limit_store_errors_total (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThanOrEqual(5)
-
-      const back = new Promise<void>((resolve) => {
-        const timer = setInterval(() => {
-          if (lines.some((line) => String(line.msg).startsWith('rate-limit store (Redis) reachable again'))) {
-            clearInterval(timer)
-            resolve()
-          }
-        }, 10)
-      })
-      await redis.start()
-      await back
-      // A new, empty Redis: the window starts again, shared again.
-      expect((await get()).headers.get('x-ratelimit-remaining')).toBe('1')
-      expect((await get()).status).toBe(200)
-      expect((await get()).status).toBe(429)
-    } finally {
-      await app.close()
+    const url = `${await app.listen({ host: '127.0.0.1', port: 0 })}/v1/providers`
+    const get = async () => {
+      const res = await fetch(url, { headers: bearer(KEYS.betaManagement) })
+      await res.arrayBuffer()
+      return res
     }
+    expect((await get()).status).toBe(200)
+    expect((await get()).status).toBe(200)
+    expect((await get()).status).toBe(429)
+
+    await redis.stop()
+    for (let i = 0; i < 5; i++) {
+      const res = await get()
+      expect(res.status).toBe(200)
+      expect(res.headers.get('x-ratelimit-limit')).toBeNull()
+    }
+    const down = lines.filter((line) => String(line.msg).startsWith('rate-limit store (Redis) unavailable'))
+    expect(down).toHaveLength(1)
+    expect(down[0]!.level).toBe(40)
+    const metrics = await (await fetch(url.replace('/v1/providers', '/metrics'))).text()
+    expect(Number(/^rate_limit_store_errors_total (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThanOrEqual(5)
+
+    const back = new Promise<void>((resolve) => {
+      const timer = setInterval(() => {
+        if (lines.some((line) => String(line.msg).startsWith('rate-limit store (Redis) reachable again'))) {
+          clearInterval(timer)
+          resolve()
+        }
+      }, 10)
+    })
+    await redis.start()
+    await back
+    // A new, empty Redis: the window starts again, shared again.
+    expect((await get()).headers.get('x-ratelimit-remaining')).toBe('1')
+    expect((await get()).status).toBe(200)
+    expect((await get()).status).toBe(429)
   })
 })

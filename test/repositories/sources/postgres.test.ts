@@ -59,7 +59,6 @@ async function follow () {
     }
   })
   const app = build({ directory })
-  afterEach(() => app.close())
   return {
     data,
     app,

@@ -1,6 +1,6 @@
 import { request as httpRequest } from 'node:http'
 import { brotliDecompressSync, gunzipSync } from 'node:zlib'
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { KEYS, bearer, build } from '../../helper.js'
 
 function decode (body: Buffer, coding: unknown): string {
@@ -28,7 +28,6 @@ const NEGOTIATION: Array<[string, string | undefined]> = [
 
 describe.each(['/v1/providers', '/v1/endpoints/zdr'])('compressed %s', (url) => {
   let app: ReturnType<typeof build>
-  afterEach(() => app.close())
 
   const get = (headers: Record<string, string> = {}) => app.inject({ url, headers: { ...bearer(KEYS.alphaStandard), ...headers } })
 
@@ -88,7 +87,6 @@ describe.each(['/v1/providers', '/v1/endpoints/zdr'])('compressed %s', (url) => 
 
 describe('compressed member pages', () => {
   let app: ReturnType<typeof build>
-  afterEach(() => app.close())
 
   const get = (query: string, headers: Record<string, string> = {}) =>
     app.inject({ url: `/v1/organization/members${query}`, headers: { ...bearer(KEYS.alphaManagement), ...headers } })
@@ -122,7 +120,6 @@ describe('compressed member pages', () => {
 
 describe('compression over a real socket', () => {
   const app = build()
-  afterEach(() => app.close())
 
   /** The raw bytes on the wire, as node:http gives them (fetch would decode them). */
   function raw (origin: string, path: string, acceptEncoding?: string) {
