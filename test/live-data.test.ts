@@ -1,12 +1,12 @@
-import { Agent, get } from 'node:http'
 import { mkdir, mkdtemp, rename, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { FIXTURE_FILES } from '../src/repositories/sources/files.js'
 import { RECORD_KINDS, type DirectoryData } from '../src/repositories/records.js'
-import { KEYS, makeData, makeMembers, makeProvider, sha256 } from './helper.js'
+import { KEYS, makeData, sha256 } from './helper.js'
 import { startServer, type RunningServer } from './process.js'
+import { generation, storm } from './storm.js'
 
 let dir: string
 let server: RunningServer | undefined
@@ -78,17 +78,6 @@ describe('data that changes while the server runs (files)', () => {
   })
 
   it('answers every request of a reload storm, each from exactly one snapshot', async () => {
-    // Each generation N holds N + 1 providers and N + 1 members, all named after N, and moves the
-    // management key to another organization: a body mixing two generations, or new keys with
-    // old organizations, would show.
-    const generation = (n: number): DirectoryData => {
-      const organization = `org_${n % 2}`
-      return makeData({
-        providers: Array.from({ length: n + 1 }, (_, i) => makeProvider(i, { name: `Generation ${n}` })),
-        organizations: [{ id: organization, name: `Generation ${n}`, members: makeMembers(`g${n}`, n + 1) }],
-        keys: [{ name: 'storm', sha256: sha256(KEYS.alphaManagement), kind: 'management', organization_id: organization }]
-      })
-    }
     // Swapped the way the kubelet updates a mounted ConfigMap: four files in one rename.
     const publish = async (n: number) => {
       const version = join(dir, `..gen_${n}`)
@@ -103,51 +92,8 @@ describe('data that changes while the server runs (files)', () => {
     // Thousands of requests a second with one key: no rate limit here.
     server = await startServer({ FIXTURES_DIR: dir, RATE_LIMIT_PER_MINUTE: '0' })
 
-    const agent = new Agent({ keepAlive: true, maxSockets: 50 })
-    const failures: string[] = []
-    const seen = new Set<number>()
-    let answers = 0
-    let storming = true
-    const check = (path: string, body: string) => {
-      if (path === '/v1/providers') {
-        const names = new Set(JSON.parse(body).data.map((provider: { name: string }) => provider.name))
-        const n = JSON.parse(body).data.length - 1
-        if (names.size !== 1 || !names.has(`Generation ${n}`)) return `providers from more than one snapshot: ${[...names].join(', ')}`
-        seen.add(n)
-      } else {
-        const page = JSON.parse(body)
-        const n = page.total_count - 1
-        if (!page.data.every((member: { id: string }) => member.id.startsWith(`user_g${n}_`))) return `a member page from more than one snapshot (total ${page.total_count})`
-      }
-    }
-    const request = (path: string) => new Promise<void>((resolve) => {
-      get(`${server!.url}${path}`, { agent, headers: { authorization: `Bearer ${KEYS.alphaManagement}` } }, (res) => {
-        let body = ''
-        res.setEncoding('utf8')
-        res.on('data', (chunk) => { body += chunk })
-        res.on('end', () => {
-          answers++
-          const problem = res.statusCode === 200 ? check(path, body) : `${path}: ${res.statusCode} ${body}`
-          if (problem) failures.push(problem)
-          resolve()
-        })
-      }).on('error', (error) => { failures.push(`${path}: ${error.message}`); resolve() })
-    })
-    const load = Array.from({ length: 50 }, async (_, connection) => {
-      while (storming) await request(connection % 2 ? '/v1/providers' : '/v1/organization/members?limit=100')
-    })
-
     // Ten changes a second for ten seconds.
-    for (let n = 1; n <= 100; n++) {
-      await publish(n)
-      await new Promise((resolve) => setTimeout(resolve, 100))
-    }
-    // The last generation arrives, then the load stops.
-    while (!seen.has(100) && failures.length === 0) await new Promise((resolve) => setTimeout(resolve, 20))
-    storming = false
-    await Promise.all(load)
-    agent.destroy()
-
+    const { failures, answers, seen } = await storm(server.url, publish, { changes: 100, intervalMs: 100 })
     expect(failures.slice(0, 5)).toEqual([])
     expect(answers).toBeGreaterThan(1000)
     // Generations were served as they came, not only the first and the last.

@@ -9,6 +9,7 @@ import { replaceDirectory } from '../src/repositories/sources/postgres-write.js'
 import { KEYS, makeData, sha256 } from './helper.js'
 import { startPostgres, type PostgresServer } from './postgres.js'
 import { failToStart, freePort, startServer, type RunningServer } from './process.js'
+import { generation, storm } from './storm.js'
 
 const run = promisify(execFile)
 
@@ -139,6 +140,27 @@ describe('replicas on one PostgreSQL database', () => {
       expect(await status(replica, '/v1/providers', KEYS.alphaStandard)).toBe(401)
     }
   })
+
+  it('answer every request of a reload storm, each from exactly one snapshot', async () => {
+    // A database of its own: the storm replaces everything in it ten times a second.
+    const stormUrl = await database.createDatabase()
+    const client = new pg.Client({ connectionString: stormUrl })
+    await client.connect()
+    try {
+      await migrate(client)
+      await replaceDirectory(client, generation(0))
+      // Thousands of requests a second with one key: no rate limit here.
+      const replica = await startServer({ DATABASE_URL: stormUrl, RATE_LIMIT_PER_MINUTE: '0' })
+      servers.push(replica)
+      // Every change replaces the whole directory in one transaction: each kind's trigger fires.
+      const { failures, answers, seen } = await storm(replica.url, (n) => replaceDirectory(client, generation(n)), { changes: 50, intervalMs: 100 })
+      expect(failures.slice(0, 5)).toEqual([])
+      expect(answers).toBeGreaterThan(1000)
+      expect(seen.size).toBeGreaterThan(5)
+    } finally {
+      await client.end()
+    }
+  }, 60_000)
 
   it('waits at start for a database that comes up within DATABASE_CONNECT_TIMEOUT_MS', async () => {
     await database.stop()
