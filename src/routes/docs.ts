@@ -1,5 +1,4 @@
 import Fastify, { type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest } from 'fastify'
-import swagger from '@fastify/swagger'
 import errors from '../plugins/errors.js'
 import { compilersFactory } from '../schema-compilers.js'
 
@@ -40,10 +39,10 @@ const withoutConnectionHeaders = (headers: Record<string, string | string[] | nu
 
 /**
  * The page's own app: Swagger UI (its scripts, styles and images served from the package's own files,
- * nothing from a CDN), reading the document of the main app, with our error answers.
+ * nothing from a CDN), reading the document of the main app (plugins/openapi.ts), with our error answers.
  */
 export async function buildDocsApp (document: unknown): Promise<FastifyInstance> {
-  const { default: swaggerUi } = await import('@fastify/swagger-ui')
+  const [{ default: swagger }, { default: swaggerUi }] = await Promise.all([import('@fastify/swagger'), import('@fastify/swagger-ui')])
   const docs = Fastify({ schemaController: { compilersFactory } })
   docs.register(errors)
   // The main app's document as it is (@fastify/swagger's static mode serves a document it is given).
@@ -72,7 +71,7 @@ const docsPage: FastifyPluginAsync = async (app) => {
 
   async function answer (request: FastifyRequest, reply: FastifyReply) {
     // Built once, by whichever request comes first; built again if that failed.
-    docsApp ??= buildDocsApp(app.swagger()).catch((error: unknown) => { docsApp = undefined; throw error })
+    docsApp ??= app.openapi.object().then(buildDocsApp).catch((error: unknown) => { docsApp = undefined; throw error })
     // HEAD is answered as GET: Fastify's HEAD route sends the headers of the GET answer without its body.
     // (A body sent with the request was read and dropped: none goes on.)
     const answer = await (await docsApp).inject({ method: 'GET', url: request.url, headers: withoutConnectionHeaders(request.headers) })
