@@ -21,6 +21,7 @@ import endpointRoutes from './routes/v1/endpoints.js'
 import organizationRoutes from './routes/v1/organization.js'
 import openapiDocumentRoutes from './routes/v1/openapi.js'
 import docsPage from './routes/docs.js'
+import { compilersFactory } from './schema-compilers.js'
 
 export interface LogOptions {
   level: string
@@ -75,6 +76,8 @@ export function buildApp ({ directory, log, settings }: AppOptions) {
     frameworkErrors,
     clientErrorHandler,
     genReqId: requestIdOf,
+    // Validation built on first use, responses sent with JSON.stringify (schema-compilers.ts).
+    schemaController: { compilersFactory },
     // While closing, Fastify would answer requests on open connections with a 503 of its own shape;
     // they are served as usual instead (with `Connection: close`), and /ready tells the balancer.
     return503OnClosing: false,
@@ -100,11 +103,6 @@ export function buildApp ({ directory, log, settings }: AppOptions) {
   // Past the cap Node.js closes a new connection on arrival: a flood costs a file descriptor for a
   // moment, not memory for as long as it lasts.
   app.server.maxConnections = config.MAX_CONNECTIONS
-
-  // Lists and members are serialized once per data snapshot (a page is slices of them), and the rest
-  // (errors, probes) are a few bytes: JSON.stringify serves those, and start-up compiles no serializer per response schema
-  // (70 ms); the response schemas still document every answer.
-  app.setSerializerCompiler(() => (data) => JSON.stringify(data))
 
   // No route takes a body: whatever is sent (up to BODY_LIMIT_BYTES) is read and dropped unparsed, so
   // that a wrong method gets its 405 (not a 400 or 415 about the body), and an anonymous caller cannot

@@ -2,6 +2,8 @@ import { existsSync } from 'node:fs'
 import { mkdir } from 'node:fs/promises'
 import { afterAll, describe, expect, it } from 'vitest'
 import { chromium, type Browser } from 'playwright-core'
+import Fastify from 'fastify'
+import docsPage, { buildDocsApp } from '../src/routes/docs.js'
 import { KEYS, build } from './helper.js'
 
 describe('the reference page at /docs', () => {
@@ -17,6 +19,41 @@ describe('the reference page at /docs', () => {
       expect((await app.inject({ url: asset })).statusCode, asset).toBe(200)
     }
     expect((await app.inject({ url: '/docs/json' })).json()).toEqual((await app.inject({ url: '/v1/openapi.json' })).json())
+  })
+
+  it('answers on the routes of Swagger UI, no fewer and no more', async () => {
+    // The page's routes are declared before Swagger UI is loaded (on the first request for the page).
+    const ours = Fastify()
+    await ours.register(docsPage).ready()
+    const swaggerUi = await buildDocsApp({ openapi: '3.1.0', info: { title: 'any', version: '1' }, paths: {} })
+    expect(ours.printRoutes({ method: 'GET', commonPrefix: false })).toBe(swaggerUi.printRoutes({ method: 'GET', commonPrefix: false }))
+    await Promise.all([ours.close(), swaggerUi.close()])
+  })
+
+  it('answers an asset it does not have, or another method, with the error shape', async () => {
+    const app = build()
+    const missing = await app.inject({ url: '/docs/static/missing.js' })
+    expect(missing.statusCode).toBe(404)
+    expect(missing.json()).toEqual({ error: { code: 404, message: 'Not found: GET /docs/static/missing.js' } })
+    const posted = await app.inject({ method: 'POST', url: '/docs/json' })
+    expect(posted.statusCode).toBe(405)
+    expect(posted.headers.allow).toBe('GET, HEAD')
+    expect(posted.json()).toEqual({ error: { code: 405, message: 'Method POST is not allowed on /docs/json; use GET' } })
+  })
+
+  it('answers a conditional request for an asset with 304, and HEAD with the headers of GET', async () => {
+    const app = build()
+    const asset = await app.inject({ url: '/docs/static/swagger-ui.css' })
+    expect(asset.statusCode).toBe(200)
+    const again = await app.inject({ url: '/docs/static/swagger-ui.css', headers: { 'if-none-match': String(asset.headers.etag) } })
+    expect(again.statusCode).toBe(304)
+    expect(again.body).toBe('')
+    const head = await app.inject({ method: 'HEAD', url: '/docs/static/swagger-ui.css' })
+    expect(head.statusCode).toBe(200)
+    expect(head.body).toBe('')
+    expect(head.headers['content-length']).toBe(asset.headers['content-length'])
+    expect(head.headers['content-type']).toBe(asset.headers['content-type'])
+    expect(head.headers['x-request-id']).toBeDefined()
   })
 
   it('carries a Content-Security-Policy that allows this server only, and no inline script', async () => {

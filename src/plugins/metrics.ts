@@ -1,5 +1,10 @@
 import fp from 'fastify-plugin'
-import { Counter, Gauge, Registry, collectDefaultMetrics, type Metric } from 'prom-client'
+// The instruments from their own files, the process collectors from the package's index when
+// /metrics is first scraped (prom-client-parts.d.ts).
+import Counter from 'prom-client/lib/counter.js'
+import Gauge from 'prom-client/lib/gauge.js'
+import Registry from 'prom-client/lib/registry.js'
+import type { Metric } from 'prom-client'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { Directory } from '../repositories/directory.js'
 
@@ -30,13 +35,16 @@ const DURATION_BUCKETS = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005
 
 // CPU, memory, event-loop delay, garbage collection: facts of the process, not of one app. They are
 // collected once per process (each collector starts a monitor that nothing stops), whatever number
-// of apps a process builds (tests build hundreds).
-let processRegistry: Registry | undefined
+// of apps a process builds (tests build hundreds). They start with the first scrape, as they did
+// when prom-client was loaded at start: CPU time and memory are read from the process, garbage
+// collections and event-loop delay are observed from then on.
+let processRegistry: Promise<Registry> | undefined
 function processMetrics () {
-  if (processRegistry === undefined) {
-    processRegistry = new Registry()
-    collectDefaultMetrics({ register: processRegistry })
-  }
+  processRegistry ??= import('prom-client').then(({ collectDefaultMetrics }) => {
+    const registry = new Registry()
+    collectDefaultMetrics({ register: registry })
+    return registry
+  })
   return processRegistry
 }
 
@@ -102,7 +110,7 @@ async function metricsPlugin (app: FastifyInstance, { enabled, directory }: { en
   app.decorate('metrics', {
     registry,
     async render () {
-      return `${await processMetrics().metrics()}\n${await registry.metrics()}`
+      return `${await (await processMetrics()).metrics()}\n${await registry.metrics()}`
     },
     rateLimitRefusals,
     rateLimitStoreErrors

@@ -1,0 +1,47 @@
+import { createRequire } from 'node:module'
+import type { FastifySchemaCompiler, FastifySchemaValidationError, FastifyServerOptions } from 'fastify'
+
+type CompilersFactory = NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>
+type ValidatorCompiler = FastifySchemaCompiler<unknown>
+
+/** Fastify's own Ajv compiler, the copy Fastify itself would load (it is Fastify's dependency, not ours). */
+const requireFromFastify = createRequire(import.meta.resolve('fastify'))
+
+/**
+ * Fastify's default validation (Ajv, with Fastify's options and our shared schemas), built when a
+ * request first needs it instead of when the app is built: loading Ajv (with ajv-formats and fast-uri,
+ * some 90 modules) and building it cost some 50 ms of every start, and only the member listing's query
+ * has a schema to validate. The validator is the same Ajv code with the same options, so a query
+ * passes, is coerced and defaulted, and fails with the same messages as before; the first member
+ * listing of a process pays the build instead (60-90 ms on a loaded 2-core machine).
+ */
+function buildValidatorOnFirstUse (externalSchemas: unknown, ajvOptions: unknown): ValidatorCompiler {
+  let compile: ValidatorCompiler | undefined
+  return (route) => {
+    let validate: ReturnType<ValidatorCompiler> | undefined
+    // Fastify reads `errors` from the function it was given when it returns false, as from Ajv's.
+    const validateOnFirstUse = Object.assign((data: unknown) => {
+      if (validate === undefined) {
+        compile ??= requireFromFastify('@fastify/ajv-compiler')()(externalSchemas, ajvOptions)
+        validate = compile!(route)
+      }
+      const result = validate(data)
+      validateOnFirstUse.errors = (validate as { errors?: FastifySchemaValidationError[] | null }).errors
+      return result
+    }, { errors: undefined as FastifySchemaValidationError[] | null | undefined })
+    return validateOnFirstUse
+  }
+}
+
+/**
+ * The compilers of every route. Responses are sent with JSON.stringify: lists and members are
+ * serialized once per data snapshot (a page is slices of them), the rest (errors, probes) are a few
+ * bytes, and start-up compiles no serializer per response schema (70 ms) nor loads the serializer
+ * compiler; the response schemas still document every answer.
+ */
+export const compilersFactory = {
+  buildValidator: buildValidatorOnFirstUse,
+  buildSerializer: () => () => (data: unknown) => JSON.stringify(data)
+  // Fastify declares these builders with Ajv's and fast-json-stringify's own signatures; what it
+  // calls them with (a route's schema definition) is FastifySchemaCompiler's.
+} as unknown as CompilersFactory
