@@ -31,7 +31,10 @@ export async function replaceDirectory (client: pg.ClientBase, data: DirectoryDa
   await client.query('BEGIN')
   try {
     await checkSchema(client)
-    await client.query('TRUNCATE providers, endpoints, members, organizations, keys RESTART IDENTITY')
+    // DELETE, not TRUNCATE: TRUNCATE is not MVCC-safe. A replica's REPEATABLE READ transaction whose
+    // snapshot was taken before this one commits would see the truncated tables empty, and serve no
+    // keys (every request a 401) or no providers until the next change (the reload storm test).
+    for (const table of ['keys', 'members', 'organizations', 'endpoints', 'providers']) await client.query(`DELETE FROM ${table}`)
     await insertRows(client, 'providers',
       ['slug', 'position', 'name', 'privacy_policy_url', ...OPTIONAL_PROVIDER_FIELDS, 'omitted_fields'],
       data.providers.map((provider, position) => ({
