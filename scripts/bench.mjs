@@ -36,8 +36,11 @@ const START = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scrip
 const BASELINE = join(ROOT, 'scripts/bench-baseline.mjs')
 // Fastify alone (one route, no hook), answering the same bytes: what the framework costs by itself.
 const FASTIFY_ALONE = join(ROOT, 'scripts/bench-fastify.mjs')
-// The service with auth or validation taken out, for their cost (no setting turns them off).
+// The service with auth or validation taken out, for their cost (no setting turns them off). The
+// preload replaces a module of the service, so both services of those rows run tsc's output as it
+// is, one file per module (MODULES), not the bundle that `npm run build` makes of dist/main.js.
 const WITHOUT = join(ROOT, 'scripts/bench-without.mjs')
+const MODULES = join(ROOT, 'node_modules/.cache/bench-modules')
 
 // The bundled management key of Acme AI (README, "Development keys").
 const BUNDLED_KEY = 'sk-or-v1-dev-acme-mgmt-6f1d0c7a9b2e4f8c8d3a1b5e7c9f0a2d'
@@ -106,11 +109,16 @@ function rssMb (pid) {
  * Starts the service as `npm start` and the container do (START), its stdout a pipe that this
  * process copies to a file, as a container runtime takes a container's log; times the first 200.
  */
-async function startService (name, fixturesDir, key, settings = {}, without = undefined) {
+async function startService (name, fixturesDir, key, settings = {}, without = undefined, modules = false) {
   const port = nextPort++
   const log = createWriteStream(join(work, `${name}.log`))
   const started = performance.now()
   const args = START.slice(1)
+  if (modules) {
+    args.splice(-1, 1, join(MODULES, 'server.js'))
+    // The bundled fixtures are found relative to dist/, which MODULES is not.
+    fixturesDir ??= join(ROOT, 'fixtures')
+  }
   if (without) args.splice(-1, 0, '--import', WITHOUT)
   const child = spawn(...pinned(SERVER_CORE, process.execPath, args), {
     cwd: ROOT,
@@ -425,12 +433,14 @@ async function main () {
   print('operation with a query), two services started side by side. A ratio under 1 is what the feature costs.')
   print('Auth and validation have no setting to turn them off: their "off" service is started with')
   print('`scripts/bench-without.mjs` preloaded (auth: no header read, no SHA-256, the key\'s record pinned on each')
-  print('request; validation: the query read as two numbers, no Ajv, no integer check). CORS is off by default, so')
+  print('request; validation: the query read as two numbers, no Ajv, no integer check); both services of those two')
+  print('rows run tsc\'s output unbundled, since the preload replaces a module. CORS is off by default, so')
   print('its row turns it on (with an `Origin` that it allows), and the Redis row shares the counters in a local')
   print('redis-server instead of memory.')
   print()
   print('| Feature | Turned off by | On req/s | Off req/s | Ratio on/off | On p99 | Off p99 | Errors |')
   print('|---|---|---:|---:|---:|---:|---:|---:|')
+  execFileSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', join(ROOT, 'tsconfig.build.json'), '--outDir', MODULES], { stdio: 'inherit' })
   const redis = await startRedis()
   const dashboard = 'https://dash.example'
   const features = [
@@ -445,9 +455,12 @@ async function main () {
   ]
   for (const feature of features) {
     const path = feature.path ?? '/v1/providers'
-    const on = await startService(`${feature.label}-on`, undefined, BUNDLED_KEY, feature.on)
-    const off = await startService(`${feature.label}-off`, undefined, BUNDLED_KEY, feature.off, feature.without)
+    const modules = feature.without !== undefined
+    const on = await startService(`${feature.label}-on`, undefined, BUNDLED_KEY, feature.on, undefined, modules)
+    const off = await startService(`${feature.label}-off`, undefined, BUNDLED_KEY, feature.off, feature.without, modules)
     const headers = { ...auth(on), ...feature.headers }
+    // The preload took hold: without auth, a request without a key is served.
+    if (feature.without === 'auth' && (await fetch(`${off.url}${path}`)).status !== 200) throw new Error('bench-without.mjs did not replace the auth plugin')
     const { a: o, b: f, ratio } = await alternate([{ url: `${off.url}${path}`, headers }, { url: `${on.url}${path}`, headers }])
     const setting = feature.describe ?? Object.entries(feature.off).map(([name, value]) => `${name}=${value}`).join(' ')
     print(`| ${feature.label} | ${setting} | ${fmt(f.rps)} | ${fmt(o.rps)} | ${fmt(ratio, 2)} | ${ms(f.p99)} | ${ms(o.p99)} | ${f.errors + o.errors} |`)
