@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { DataError, validateDirectory, validateRecords, type DirectoryData, type Organization, type RecordKind, type Records } from '../records.js'
-import { MemberList } from '../member-list.js'
+import { DataError, memberProblem, validateDirectory, validateRecords, type DirectoryData, type Organization, type RecordKind } from '../records.js'
+import { MemberList, MemberListBuilder } from '../member-list.js'
 import { quoteValue } from '../../schemas/describe-error.js'
 import type { DirectorySource, SourceListener } from '../source.js'
 import type { Member } from '../../schemas/member.js'
@@ -156,51 +156,57 @@ async function readOrganizationList (client: pg.ClientBase): Promise<Array<{ id:
   return rows
 }
 
-/** The members of these organizations (of all when `all`), in page order, by organization. */
-async function readMembers (client: pg.ClientBase, ids: string[] | 'all') {
-  const byOrganization = new Map<string, Member[]>()
-  if (ids !== 'all') {
-    // One query per organization, an index scan in page order; each row is the member as served.
-    for (const id of ids) {
-      const { rows } = await client.query<Member>('SELECT id, email, first_name, last_name, role FROM members WHERE organization_id = $1 ORDER BY position, id', [id])
-      byOrganization.set(id, rows)
-    }
-    return byOrganization
-  }
-  // Everyone at once (a full read: one query, however many organizations), as arrays: a member
-  // object is made once, without the organization's id.
-  const { rows } = await client.query<string[]>({
-    text: 'SELECT organization_id, id, email, first_name, last_name, role FROM members ORDER BY organization_id, position, id',
-    rowMode: 'array'
-  })
-  let list: Member[] = []
-  let listOf: string | undefined
-  for (const row of rows) {
-    if (row[0] !== listOf) {
-      listOf = row[0]!
-      list = []
-      byOrganization.set(listOf, list)
-    }
-    list.push({ id: row[1]!, email: row[2]!, first_name: row[3]!, last_name: row[4]!, role: row[5] as Member['role'] })
-  }
-  return byOrganization
-}
+/** Rows of members fetched at a time: a batch of member objects that dies young. */
+const MEMBER_BATCH = 10_000
 
 /**
- * Organizations whose members were read, against the schemas. Member ids are unique within their
- * organization by the primary key (organization_id, id), so compactMembers' check, which costs more
- * than the schemas on a large organization, would only say it again.
+ * The members of these organizations (of all when `all`), by organization: read in page order
+ * through a cursor, MEMBER_BATCH rows at a time, each batch validated and compacted into its
+ * organization's MemberList (member-list.ts) before the next is fetched, so that a million members
+ * are never all rows or objects at once: the peak is the lists themselves and one batch. Blocks
+ * equal to blocks of `shared` are shared with them. Runs inside read()'s transaction, which the
+ * cursor lives in. Member ids are unique within their organization by the primary key
+ * (organization_id, id), so the builder's own check, which costs more than the schema on a large
+ * organization, would only say it again.
  */
-function validateOrganizations (organizations: Records<'organizations'>) {
-  try {
-    validateRecords('organizations', organizations, 'organizations')
-  } catch (error) {
-    if (!(error instanceof DataError)) throw error
-    const member = /^[^:]+: \[(\d+)\]\.members\[(\d+)\]\.?(.*)$/.exec(error.message)
-    if (member) {
-      const organization = organizations[Number(member[1])]!
-      throw new DataError(`table members, row organization_id ${quoteValue(organization.id)}, id ${quoteValue(organization.members[Number(member[2])]!.id)}: ${member[3]}`)
+async function readMembers (client: pg.ClientBase, ids: string[] | 'all', shared?: Iterable<MemberList>) {
+  const lists = new Map<string, MemberList>()
+  const columns = 'organization_id, id, email, first_name, last_name, role'
+  const order = 'ORDER BY organization_id, position, id'
+  await client.query(ids === 'all'
+    ? `DECLARE member_rows NO SCROLL CURSOR FOR SELECT ${columns} FROM members ${order}`
+    : { text: `DECLARE member_rows NO SCROLL CURSOR FOR SELECT ${columns} FROM members WHERE organization_id = ANY($1) ${order}`, values: [ids] })
+  let builder: MemberListBuilder | undefined
+  let listOf: string | undefined
+  for (;;) {
+    const { rows } = await client.query<string[]>({ text: `FETCH ${MEMBER_BATCH} FROM member_rows`, rowMode: 'array' })
+    for (const row of rows) {
+      if (row[0] !== listOf) {
+        if (builder) lists.set(listOf!, builder.finish().list)
+        listOf = row[0]!
+        builder = new MemberListBuilder(shared, { checkIds: false })
+      }
+      // A member object is made once, in the field order of the files, without the organization's id.
+      const member = { id: row[1]!, email: row[2]!, first_name: row[3]!, last_name: row[4]!, role: row[5] as Member['role'] }
+      const problem = memberProblem(member, 0, 0)
+      if (problem !== undefined) {
+        // `[0].members[0].email: problem` becomes `table members, row …: email: problem`.
+        throw new DataError(`table members, row organization_id ${quoteValue(listOf)}, id ${quoteValue(member.id)}: ${problem.replace(/^\[0\]\.members\[0\]\.?/, '')}`)
+      }
+      builder!.add(member)
     }
+    if (rows.length < MEMBER_BATCH) break
+  }
+  if (builder) lists.set(listOf!, builder.finish().list)
+  await client.query('CLOSE member_rows')
+  return lists
+}
+
+/** Organizations (their members apart: readMembers checks them), against the schema. */
+function validateOrganizations (organizations: ReadonlyArray<{ id: string, name: string }>) {
+  try {
+    validateRecords('organizations', organizations.map(({ id, name }) => ({ id, name, members: [] })), 'organizations')
+  } catch (error) {
     locateRow(error, 'organizations', (index) => `id ${quoteValue(organizations[index]!.id)}`)
   }
 }
@@ -369,12 +375,9 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
   async function readAll (client: pg.ClientBase): Promise<DirectoryData> {
     await checkSchema(client)
     const list = await readOrganizationList(client)
+    validateOrganizations(list)
     const members = await readMembers(client, 'all')
-    const records = list.map(({ id, name }) => ({ id, name, members: members.get(id) ?? [] }))
-    validateOrganizations(records)
-    members.clear()
-    // Compacted (member-list.ts) one organization at a time, each array let go once done.
-    const organizations = records.map((record) => ({ ...record, members: MemberList.of(record.members.splice(0)) }))
+    const organizations = list.map(({ id, name }) => ({ id, name, members: members.get(id) ?? MemberList.of([]) }))
     const data = {
       providers: await readProviders(client),
       endpoints: await readEndpoints(client),
@@ -410,14 +413,13 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
     const stale = work.members === 'all'
       ? 'all'
       : list.filter(({ id }) => (work.members as Set<string>).has(id) || !before.has(id)).map(({ id }) => id)
-    const members = stale === 'all' || stale.length > 0 ? await readMembers(client, stale) : new Map<string, Member[]>()
     const reread = new Set(stale === 'all' ? list.map(({ id }) => id) : stale)
-    const changed = list.filter(({ id }) => !before.has(id) || reread.has(id)).map(({ id, name }) => ({ id, name, members: members.get(id) ?? [] }))
+    const changed = list.filter(({ id }) => !before.has(id) || reread.has(id))
     validateOrganizations(changed)
-    members.clear()
     // Members of the previous snapshot that did not change are shared with it.
     const shared = previous.map((organization) => organization.members)
-    const compacted = new Map(changed.map(({ id, name, members }) => [id, { id, name, members: MemberList.of(members.splice(0), shared) }]))
+    const members = stale === 'all' || stale.length > 0 ? await readMembers(client, stale, shared) : new Map<string, MemberList>()
+    const compacted = new Map(changed.map(({ id, name }) => [id, { id, name, members: members.get(id) ?? MemberList.of([]) }]))
     return list.map(({ id, name }): Organization => {
       const old = before.get(id)
       if (old && !reread.has(id)) return old.name === name ? old : { id, name, members: old.members }

@@ -90,6 +90,20 @@ describe('loading from PostgreSQL', () => {
     expect(loaded).toStrictEqual({ ...data, keys: [...data.keys].sort((a, b) => a.name.localeCompare(b.name)) })
   })
 
+  it('reads organizations of more members than one fetch of rows whole, in order', async () => {
+    const data = makeData()
+    await importData(data)
+    // Rows are fetched 10,000 at a time: these two organizations span three fetches, and one fetch
+    // holds the end of one and the start of the other.
+    await admin.query("INSERT INTO organizations (id, name) VALUES ('org_big', 'Big'), ('org_big2', 'Big 2')")
+    await admin.query(`INSERT INTO members (organization_id, id, position, email, first_name, role)
+      SELECT o, 'user_' || i, i, 'user' || i || '@big.example', 'First ' || i, 'org:member' FROM generate_series(1, 12500) AS i, unnest(ARRAY['org_big', 'org_big2']) AS o`)
+    const { data: loaded } = await follow()
+    expect(loaded.organizations.slice(0, 2)).toStrictEqual(data.organizations)
+    const expected = Array.from({ length: 12500 }, (_, i) => ({ id: `user_${i + 1}`, email: `user${i + 1}@big.example`, first_name: `First ${i + 1}`, last_name: null, role: 'org:member' }))
+    for (const organization of loaded.organizations.slice(2)) expect(organization.members.slice()).toStrictEqual(expected)
+  })
+
   it('serves the same bytes and ETags as the files for the same data', async () => {
     const data = await loadFixtures(BUNDLED_FIXTURES_DIR)
     await importData(data)
