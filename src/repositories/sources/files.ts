@@ -20,6 +20,12 @@ export const FIXTURE_FILES = {
  */
 const SETTLE_MS = 100
 
+/** After a read that raced a change, the next read comes this much later. */
+const RACE_RETRY_MS = 10
+
+/** Reads at start before the files are taken as they are, however much they change meanwhile. */
+const LOAD_ATTEMPTS = 5
+
 /** Reads and validates the four data files once; throws a DataError naming file, record and field. */
 export async function loadFixtures (dir: string): Promise<DirectoryData> {
   const entries = await Promise.all(RECORD_KINDS.map(async (kind) => [kind, await readFixture(dir, kind)] as const))
@@ -63,20 +69,32 @@ export function createFileSource (dir: string): DirectorySource {
     return new Map(await Promise.all(RECORD_KINDS.map(async (kind) => [kind, await signatureOf(kind)] as const)))
   }
 
-  /** Reads the files that changed; a snapshot only when all four are valid together. */
-  async function read (force: boolean): Promise<DirectoryData | undefined> {
-    const next = new Map<RecordKind, string>()
-    const parts = await Promise.all(RECORD_KINDS.map(async (kind) => {
-      // Taken before the read: a write that lands in between changes it again, and its event
-      // brings a read of the finished file.
-      const signature = await signatureOf(kind)
-      next.set(kind, signature)
-      if (!force && current && signature !== '' && signature === signatures.get(kind)) return [kind, current[kind]] as const
-      return [kind, await readFixture(dir, kind, current)] as const
-    }))
-    if (!force && current && RECORD_KINDS.every((kind) => next.get(kind) === signatures.get(kind))) return undefined
+  const sameSignatures = (a: Map<RecordKind, string>, b: Map<RecordKind, string>) => RECORD_KINDS.every((kind) => a.get(kind) === b.get(kind))
+
+  /**
+   * Reads the files that changed; a snapshot only when all four are valid together. 'raced' when a
+   * file changed while the files were read: the four read may then come from two versions of the
+   * data (Kubernetes swaps all four at once, between two of our reads), so they are read again
+   * instead. Unchanged signatures before and after the reads mean each file read is the one signed.
+   */
+  async function read (force: boolean): Promise<DirectoryData | undefined | 'raced'> {
+    const before = await allSignatures()
+    if (!force && current && sameSignatures(before, signatures)) return undefined
+    let parts
+    try {
+      parts = await Promise.all(RECORD_KINDS.map(async (kind) => {
+        const signature = before.get(kind)
+        if (!force && current && signature !== '' && signature === signatures.get(kind)) return [kind, current[kind]] as const
+        return [kind, await readFixture(dir, kind, current)] as const
+      }))
+    } catch (error) {
+      // A file read in the middle of its writing: its end brings an event, and a read of the whole.
+      if (!sameSignatures(before, await allSignatures())) return 'raced'
+      throw error
+    }
+    if (!sameSignatures(before, await allSignatures())) return 'raced'
     const data = validateDirectory(Object.fromEntries(parts) as DirectoryData, FIXTURE_FILES)
-    signatures = next
+    signatures = before
     return data
   }
 
@@ -87,10 +105,12 @@ export function createFileSource (dir: string): DirectorySource {
       return
     }
     reloading = true
+    let raced = false
     const change = force ? 'reload requested' : 'files changed'
     try {
       const data = await read(force)
-      if (data && !closed) {
+      if (data === 'raced') raced = true
+      else if (data && !closed) {
         current = data
         listener?.install(data, change)
       }
@@ -98,29 +118,37 @@ export function createFileSource (dir: string): DirectorySource {
       if (!closed) listener?.reject(error as Error, change)
     } finally {
       reloading = false
-      const next = again
+      const next = raced && force ? 'forced' : again
       again = 'no'
       if (next === 'forced') void reloadNow(true)
+      // Read again soon after a race: the change that caused it is most likely complete by then.
+      else if (raced) schedule(RACE_RETRY_MS)
       else if (next === 'changed') schedule()
     }
   }
 
-  function schedule () {
+  function schedule (delay = SETTLE_MS) {
     if (timer !== undefined || closed) return
     timer = setTimeout(() => {
       timer = undefined
       void reloadNow(false)
-    }, SETTLE_MS)
+    }, delay)
   }
 
   return {
     name: 'files',
     location: dir,
     async load () {
-      // Taken before the read, so that a write made during it is read again at the first look.
-      signatures = await allSignatures()
-      current = await loadFixtures(dir)
-      return current
+      // Files that keep changing while they are read are read again, a few times, then taken as
+      // read: the watch reads them again once they settle.
+      for (let attempt = 1; ; attempt++) {
+        const data = await read(true)
+        if (data !== 'raced') return (current = data!)
+        if (attempt === LOAD_ATTEMPTS) {
+          signatures = new Map()
+          return (current = await loadFixtures(dir))
+        }
+      }
     },
     watch (handlers) {
       listener = handlers
