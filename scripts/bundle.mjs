@@ -11,14 +11,19 @@
 //   of its own package;
 // - pg and ioredis: loaded only when DATABASE_URL or REDIS_URL is set.
 // (Fastify's Ajv compiler is required from Fastify's folder on first use: not an import at all.)
+import { dirname } from 'node:path'
 import { build } from 'esbuild'
 
 const entry = new URL('../dist/main.js', import.meta.url).pathname
 
 await build({
   entryPoints: [entry],
-  outfile: entry,
+  outdir: dirname(entry),
   allowOverwrite: true,
+  // What main.js imports only when asked (the PostgreSQL source, with pg) goes to chunks of its own,
+  // loaded then: in one file, esbuild would hoist pg's import to the top, loaded at every start.
+  splitting: true,
+  chunkNames: 'chunks/[name]-[hash]',
   bundle: true,
   platform: 'node',
   format: 'esm',

@@ -97,6 +97,21 @@ function representation (body: Buffer): Representation {
   return { body, etag, weakEtag: `W/${etag}` }
 }
 
+let compressionHeld: Promise<void> | undefined
+
+/**
+ * Holds the background compression of the lists serialized from now on until the function it
+ * answers is called: main.ts holds it from the start until the server listens.
+ */
+export function holdListCompression (): () => void {
+  let release!: () => void
+  compressionHeld = new Promise((resolve) => { release = resolve })
+  return () => {
+    compressionHeld = undefined
+    release()
+  }
+}
+
 const GZIP_OPTIONS = { level: 9 }
 const brotliOptions = (json: Buffer) => ({
   params: { [zlib.BROTLI_PARAM_QUALITY]: 10, [zlib.BROTLI_PARAM_MODE]: zlib.BROTLI_MODE_TEXT, [zlib.BROTLI_PARAM_SIZE_HINT]: json.length }
@@ -108,16 +123,21 @@ const brotliOptions = (json: Buffer) => ({
  * Each coding's tag is the hash of its own bytes: the same data gives the same tag on every
  * replica, a change gives a new one, and a tag never names two different bodies.
  *
- * The compression (10 ms of the start for the bundled lists) runs on libuv's thread pool, beside
- * the start or the reload instead of in it; a request that needs a coding before it is ready
+ * The compression runs on libuv's thread pool, beside a reload instead of in it, and at start once
+ * the server listens (holdListCompression): its results come back through the main thread, which
+ * delayed the first answer by some 15 ms. A request that needs a coding before it is ready
  * compresses it then (the same bytes: same library, same settings).
  */
 function serializeList (records: readonly unknown[]): SerializedList {
   const json = Buffer.from(JSON.stringify({ data: records }))
   const identity = representation(json)
   const compressed: Partial<Record<'gzip' | 'br', Representation>> = {}
-  gzip(json, GZIP_OPTIONS, (error, body) => { if (!error) compressed.gzip ??= representation(body) })
-  brotliCompress(json, brotliOptions(json), (error, body) => { if (!error) compressed.br ??= representation(body) })
+  const compress = () => {
+    gzip(json, GZIP_OPTIONS, (error, body) => { if (!error) compressed.gzip ??= representation(body) })
+    brotliCompress(json, brotliOptions(json), (error, body) => { if (!error) compressed.br ??= representation(body) })
+  }
+  if (compressionHeld) void compressionHeld.then(compress)
+  else compress()
   return {
     representations: {
       identity,
