@@ -53,6 +53,16 @@ interface PinoInternals {
  * hook, and leaves the field names alone), so that writeAccessLine may compose the same text itself.
  */
 function writesPlainLines (logger: unknown): logger is PinoInternals {
+  if (typeof logger !== 'object' || logger === null) return false
+  let plain = plainLoggers.get(logger)
+  if (plain === undefined) plainLoggers.set(logger, plain = checkPlainLines(logger))
+  return plain
+}
+
+// Answered once per logger (an app has one), not once per access line.
+const plainLoggers = new WeakMap<object, boolean>()
+
+function checkPlainLines (logger: object): boolean {
   const symbols = pino.symbols
   const candidate = logger as Partial<Record<symbol, unknown>>
   return typeof candidate[symbols.streamSym] === 'object' &&

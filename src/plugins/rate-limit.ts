@@ -1,6 +1,7 @@
 import { once } from 'node:events'
 import fp from 'fastify-plugin'
 import { normalizeIP } from '@fastify/rate-limit'
+import { memoize } from '../memoize.js'
 import LocalStore from '@fastify/rate-limit/store/LocalStore.js'
 import RedisStore from '@fastify/rate-limit/store/RedisStore.js'
 import type { Redis } from 'ioredis'
@@ -36,18 +37,7 @@ interface Window {
 
 // Client addresses normalized (an IPv6 address to its /64, as @fastify/rate-limit counts them), each
 // once: normalizeIP runs an IPv6 regular expression, and this check runs on every request.
-const normalized = new Map<string, string>()
-const NORMALIZED_MAX = 10_000
-
-function addressOf (ip: string): string {
-  let address = normalized.get(ip)
-  if (address === undefined) {
-    address = normalizeIP(ip)
-    if (normalized.size >= NORMALIZED_MAX) normalized.clear()
-    normalized.set(ip, address)
-  }
-  return address
-}
+const addressOf = memoize((ip) => normalizeIP(ip), 10_000)
 
 function setLimitHeaders (reply: FastifyReply, { max, remaining, ttlInSeconds }: Window) {
   reply.header('x-ratelimit-limit', max)

@@ -1,6 +1,7 @@
 import { brotliCompressSync, constants as zlib, gzipSync } from 'node:zlib'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { ListCoding, Representation, SerializedList } from '../../repositories/views.js'
+import { memoize } from '../../memoize.js'
 
 /**
  * Sends a body that was validated and serialized when its snapshot was installed: a Buffer goes out
@@ -63,19 +64,11 @@ function isNotModified (header: string | undefined, { etag, weakEtag }: Represen
 }
 
 // Clients send a handful of distinct Accept-Encoding values; each is parsed once.
-const negotiated = new Map<string, ListCoding>()
-const NEGOTIATED_MAX = 100
+const preferredCodingOf = memoize((header) => preferredCoding(header), 100)
 
 /** The coding to answer in: no header, identity. */
 function negotiate (header: string | undefined): ListCoding {
-  if (header === undefined) return 'identity'
-  let coding = negotiated.get(header)
-  if (coding === undefined) {
-    coding = preferredCoding(header)
-    if (negotiated.size >= NEGOTIATED_MAX) negotiated.clear()
-    negotiated.set(header, coding)
-  }
-  return coding
+  return header === undefined ? 'identity' : preferredCodingOf(header)
 }
 
 // On equal weights the smaller body wins.
