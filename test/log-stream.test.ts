@@ -28,6 +28,14 @@ describe('the log stream', () => {
     expect(readFileSync(file, 'utf8')).toBe(`{"n":1}\n{"n":2}\n${long}`)
   })
 
+  it('writes characters of several bytes as UTF-8, across batches', () => {
+    const stream = createLogStream(fd, 64)
+    const lines = ['{"name":"Zoë"}\n', '{"city":"東京"}\n', '{"emoji":"🦊"}\n', `{"long":"${'é'.repeat(40)}"}\n`]
+    for (const line of lines) stream.write(line)
+    stream.flush()
+    expect(readFileSync(file, 'utf8')).toBe(lines.join(''))
+  })
+
   it('writes what it holds when flushed', () => {
     const stream = createLogStream(fd, 16384)
     stream.write('{"n":1}\n')
