@@ -18,7 +18,7 @@ const keyHash = ${JSON.stringify(process.env.BENCH_KEY_SHA256)}
 export default fp(async (app) => {
   app.decorateRequest('apiKey', null)
   app.addHook('onRequest', (request, _reply, done) => {
-    request.apiKey = request.directory.findKey(keyHash) ?? null
+    request.apiKey = request.snapshot.findKey(keyHash) ?? null
     done()
   })
   app.decorate('requireManagementKey', (request, _reply, done) => {

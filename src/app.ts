@@ -3,7 +3,7 @@ import type { DestinationStream } from 'pino'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { AccessLogController, requestLogger } from './access-log.js'
 import { corsOrigins, loadConfig, type Config, type ConnectionLimits } from './config.js'
-import type { Directory } from './repositories/directory.js'
+import type { Snapshots } from './repositories/directory.js'
 import errors, { clientErrorHandler, frameworkErrors } from './plugins/errors.js'
 import snapshot from './plugins/snapshot.js'
 import auth from './plugins/auth.js'
@@ -35,7 +35,7 @@ type AppSettings = ConnectionLimits & Pick<Config, 'METRICS' | 'RATE_LIMIT_PER_M
 
 interface AppOptions {
   /** The data served; its current view is pinned on each request. */
-  directory: Directory
+  snapshots: Snapshots
   /** No logging unless the caller (main.ts, a test) asks for it. */
   log?: LogOptions
   /** The defaults of config.ts for those not given. */
@@ -67,7 +67,7 @@ function trustProxy (setting: string) {
 }
 
 /** Builds the application; never listens (main.ts does, tests inject). */
-export function buildApp ({ directory, log, settings }: AppOptions) {
+export function buildApp ({ snapshots, log, settings }: AppOptions) {
   const config: AppSettings = { ...loadConfig({}), ...settings }
   const app = Fastify({
     logger: loggerOptions(log),
@@ -116,7 +116,7 @@ export function buildApp ({ directory, log, settings }: AppOptions) {
   app.register(requestChecks, { bodyLimit: BODY_LIMIT_BYTES })
   app.register(shutdown)
   // First of the hooks that measure, so that the time of the others counts.
-  app.register(metrics, { enabled: config.METRICS, directory })
+  app.register(metrics, { enabled: config.METRICS, snapshots })
   const origins = corsOrigins(config)
   if (origins.length > 0) app.register(cors, { origins })
 
@@ -125,7 +125,7 @@ export function buildApp ({ directory, log, settings }: AppOptions) {
   if (config.METRICS) app.register(metricsRoutes)
 
   app.register(async (v1) => {
-    await v1.register(snapshot, { directory })
+    await v1.register(snapshot, { snapshots })
     // Before auth: the per-address limit is checked before a key is hashed; the per-key one runs
     // once auth has found the key.
     await v1.register(rateLimit, {

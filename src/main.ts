@@ -39,7 +39,7 @@ async function main () {
   const releaseCompression = holdListCompression()
   const directory = createDirectory(source.name, data)
   const app = buildApp({
-    directory,
+    snapshots: directory,
     settings: config,
     log: destination ? { level: config.LOG_LEVEL, stream: destination } : { level: config.LOG_LEVEL, pretty: true }
   })

@@ -41,7 +41,7 @@ const pointerToken = (text: string) => text.replace(/~/g, '~0').replace(/\//g, '
 
 /** The document the server publishes at /v1/openapi.json, from an app of its own. */
 export async function fetchServedDocument () {
-  const app = buildApp({ directory: createDirectory('none', { providers: [], endpoints: [], organizations: [], keys: [] }) })
+  const app = buildApp({ snapshots: createDirectory('none', { providers: [], endpoints: [], organizations: [], keys: [] }) })
   try {
     const res = await app.inject({ url: '/v1/openapi.json' })
     if (res.statusCode !== 200) throw new Error(`GET /v1/openapi.json answered ${res.statusCode}`)

@@ -3,9 +3,9 @@ import { Writable } from 'node:stream'
 import { TestRunner, onTestFinished } from 'vitest'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, type LogOptions } from '../src/app.js'
-import { createDirectory, type Directory } from '../src/repositories/directory.js'
+import { createDirectory, type Snapshots } from '../src/repositories/directory.js'
 import type { DirectoryData } from '../src/repositories/records.js'
-import type { DirectoryView } from '../src/repositories/views.js'
+import type { Snapshot } from '../src/repositories/views.js'
 import type { Provider } from '../src/schemas/provider.js'
 import type { Endpoint } from '../src/schemas/endpoint.js'
 import { MemberList } from '../src/repositories/member-list.js'
@@ -109,7 +109,7 @@ export function captureLogs (level = 'info') {
 
 export interface BuildOptions {
   data?: DirectoryData
-  directory?: Directory
+  snapshots?: Snapshots
   log?: LogOptions
   /** Settings of config.ts; their defaults otherwise. */
   settings?: Parameters<typeof buildApp>[0]['settings']
@@ -123,8 +123,8 @@ const fileApps: FastifyInstance[] = []
  * (test/conformance.ts), whatever the test looks at. It is closed when the test that built it ends,
  * or at the end of its file when built outside a test (test/setup.ts).
  */
-export function build ({ data = makeData(), directory = createDirectory('test', data), log, settings }: BuildOptions = {}) {
-  const app = buildApp({ directory, log, settings })
+export function build ({ data = makeData(), snapshots = createDirectory('test', data), log, settings }: BuildOptions = {}) {
+  const app = buildApp({ snapshots, log, settings })
   checkResponsesAgainstDocument(app)
   if (TestRunner.getCurrentTest()) onTestFinished(() => app.close())
   else fileApps.push(app)
@@ -140,10 +140,10 @@ export function closeFileApps () {
 export function failingDirectory (
   data: DirectoryData = makeData(),
   failure = new Error('the data layer failed'),
-  parts: Array<'providers' | 'zdrEndpoints' | 'memberPageJson'> = ['providers', 'zdrEndpoints', 'memberPageJson']
-): Directory {
+  parts: Array<'providers' | 'zdrEndpoints' | 'memberPage'> = ['providers', 'zdrEndpoints', 'memberPage']
+): Snapshots {
   const broken = () => { throw failure }
   const directory = createDirectory('test', data)
-  const view: DirectoryView = { ...directory.current(), ...Object.fromEntries(parts.map((part) => [part, broken])) }
+  const view: Snapshot = { ...directory.current(), ...Object.fromEntries(parts.map((part) => [part, broken])) }
   return { ...directory, current: () => view }
 }

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { parse as parseYaml } from 'yaml'
-import { createDirectory, type Directory } from '../src/repositories/directory.js'
+import { createDirectory, type Snapshots } from '../src/repositories/directory.js'
 import { KEYS, bearer, build, failingDirectory, makeData, makeProvider, sha256 } from './helper.js'
 import { createConformanceChecker, createDocumentValidator, fetchServedDocument, takeConformanceFailures, type OpenApiDocument } from './conformance.js'
 
@@ -154,15 +154,15 @@ describe('every documented response, provoked', () => {
   const limited = createDirectory('test', data)
   // A body of more than BODY_LIMIT_BYTES.
   const tooLarge = 'x'.repeat(2048)
-  const provocations: Record<string, Record<string, { key?: string, query?: string, ifNoneMatch?: string, headers?: Record<string, string[]>, payload?: string, directory?: Directory }>> = {
+  const provocations: Record<string, Record<string, { key?: string, query?: string, ifNoneMatch?: string, headers?: Record<string, string[]>, payload?: string, snapshots?: Snapshots }>> = {
     listProviders: {
       200: { key: KEYS.alphaStandard },
       304: { key: KEYS.alphaStandard, ifNoneMatch: current.providers().representations.identity.etag },
       400: { headers: { authorization: [`Bearer ${KEYS.alphaStandard}`, 'Bearer other'] } },
       401: {},
       413: { key: KEYS.alphaStandard, payload: tooLarge },
-      429: { key: KEYS.alphaStandard, directory: limited },
-      500: { key: KEYS.alphaStandard, directory: failing }
+      429: { key: KEYS.alphaStandard, snapshots: limited },
+      500: { key: KEYS.alphaStandard, snapshots: failing }
     },
     listEndpointsZdr: {
       200: { key: KEYS.alphaStandard },
@@ -170,8 +170,8 @@ describe('every documented response, provoked', () => {
       400: { key: KEYS.alphaStandard, headers: { host: ['a.example', 'b.example'] } },
       401: { key: 'sk-or-v1-unknown' },
       413: { payload: tooLarge },
-      429: { key: 'sk-or-v1-unknown', directory: limited },
-      500: { key: KEYS.alphaStandard, directory: failing }
+      429: { key: 'sk-or-v1-unknown', snapshots: limited },
+      500: { key: KEYS.alphaStandard, snapshots: failing }
     },
     listOrganizationMembers: {
       200: { key: KEYS.alphaManagement, query: '?offset=10&limit=20' },
@@ -180,16 +180,16 @@ describe('every documented response, provoked', () => {
       403: { key: KEYS.alphaStandard },
       404: { key: DELETED_ORGANIZATION_KEY },
       413: { key: KEYS.alphaManagement, payload: tooLarge },
-      429: { key: KEYS.alphaManagement, query: '?limit=5', directory: limited },
-      500: { key: KEYS.alphaManagement, directory: failing }
+      429: { key: KEYS.alphaManagement, query: '?limit=5', snapshots: limited },
+      500: { key: KEYS.alphaManagement, snapshots: failing }
     }
   }
 
-  const apps = new Map<Directory | undefined, ReturnType<typeof build>>()
+  const apps = new Map<Snapshots | undefined, ReturnType<typeof build>>()
   beforeAll(() => {
     apps.set(undefined, build({ data }))
-    apps.set(failing, build({ directory: failing }))
-    apps.set(limited, build({ directory: limited, settings: { RATE_LIMIT_PER_MINUTE: 1, RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1 } }))
+    apps.set(failing, build({ snapshots: failing }))
+    apps.set(limited, build({ snapshots: limited, settings: { RATE_LIMIT_PER_MINUTE: 1, RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1 } }))
   })
 
   const cases = operations.flatMap(({ path, operation }) =>
@@ -198,7 +198,7 @@ describe('every documented response, provoked', () => {
   it.each(cases)('$operation.operationId answers $status as documented', async ({ path, operation, status, response }) => {
     const provocation = provocations[operation.operationId]?.[status]
     expect(provocation, `no test provokes ${operation.operationId} ${status}: add it here`).toBeDefined()
-    const { key, query = '', ifNoneMatch, headers: extra, payload, directory } = provocation!
+    const { key, query = '', ifNoneMatch, headers: extra, payload, snapshots: directory } = provocation!
     const headers = { ...(key ? bearer(key) : {}), ...(ifNoneMatch ? { 'if-none-match': ifNoneMatch } : {}), ...extra }
     const request = { url: `${document.servers[0]!.url}${path}${query}`, headers, payload }
     // Over the limit: the same request once more.

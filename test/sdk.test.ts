@@ -3,7 +3,7 @@ import { promisify } from 'node:util'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { OpenRouter } from '@openrouter/sdk'
 import { InternalServerResponseError, NotFoundResponseError, OpenRouterDefaultError, UnauthorizedResponseError } from '@openrouter/sdk/models/errors'
-import { createDirectory, type Directory } from '../src/repositories/directory.js'
+import { createDirectory, type Snapshots } from '../src/repositories/directory.js'
 import { KEYS, build, failingDirectory, makeData, makeEndpoint, makeMembers, makeProvider } from './helper.js'
 
 /** The SDK's view of a record: the same fields, names camel-cased (`privacy_policy_url` → `privacyPolicyUrl`). */
@@ -42,8 +42,8 @@ const data = makeData({
   ]
 })
 
-async function listen (directory: Directory) {
-  const app = build({ directory })
+async function listen (directory: Snapshots) {
+  const app = build({ snapshots: directory })
   const address = await app.listen({ host: '127.0.0.1', port: 0 })
   return { app, serverURL: `${address}/v1` }
 }

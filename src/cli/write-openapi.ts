@@ -10,7 +10,7 @@ const OPENAPI_FILE = fileURLToPath(new URL('../../docs/openapi.json', import.met
 
 async function main () {
   // The document depends on the routes, not on the data: an empty directory will do.
-  const app = buildApp({ directory: createDirectory('none', { providers: [], endpoints: [], organizations: [], keys: [] }) })
+  const app = buildApp({ snapshots: createDirectory('none', { providers: [], endpoints: [], organizations: [], keys: [] }) })
   const res = await app.inject({ url: '/v1/openapi.json' })
   await app.close()
   if (res.statusCode !== 200) throw new Error(`GET /v1/openapi.json answered ${res.statusCode}: ${res.body}`)

@@ -41,7 +41,7 @@ function authenticate (request: FastifyRequest, reply: FastifyReply): Error | un
   // Another scheme, or no key after the scheme: no key was presented.
   if (key === '') return refuse(request, reply, new MalformedHeader(), 'Bearer', 'invalid authorization header')
   // One-shot hash(): less than half the cost of createHash() for a string this short.
-  const apiKey = request.directory.findKey(hash('sha256', key))
+  const apiKey = request.snapshot.findKey(hash('sha256', key))
   if (apiKey === undefined) return refuse(request, reply, new UnknownKey(), 'Bearer error="invalid_token"', 'unknown key')
   request.apiKey = apiKey
   return undefined

@@ -6,7 +6,7 @@ import Gauge from 'prom-client/lib/gauge.js'
 import Registry from 'prom-client/lib/registry.js'
 import type { Metric } from 'prom-client'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import type { Directory } from '../repositories/directory.js'
+import type { Snapshots } from '../repositories/directory.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -93,9 +93,9 @@ function durationHistogram (series: Iterable<Series>) {
  * request than its per-route timers, and need no Node.js 22.19). Instruments are always created, so
  * that other plugins can count without asking; with `enabled` false nothing is measured per request.
  */
-async function metricsPlugin (app: FastifyInstance, { enabled, directory }: { enabled: boolean, directory: Directory }) {
+async function metricsPlugin (app: FastifyInstance, { enabled, snapshots }: { enabled: boolean, snapshots: Snapshots }) {
   const registry = new Registry()
-  snapshotMetrics(registry, directory)
+  snapshotMetrics(registry, snapshots)
   const rateLimitRefusals = new Counter({
     name: 'rate_limit_refusals_total',
     help: 'Requests refused with 429, by bucket: key (a valid key over its limit) or address (requests without a valid key)',
@@ -194,19 +194,19 @@ async function metricsPlugin (app: FastifyInstance, { enabled, directory }: { en
 }
 
 /** The data served, read from the directory when Prometheus scrapes: nothing to do per request or per reload. */
-function snapshotMetrics (registry: Registry, directory: Directory) {
+function snapshotMetrics (registry: Registry, snapshots: Snapshots) {
   new Gauge({
     name: 'directory_snapshot_info',
     help: 'The source of the data served (files or postgres), always 1',
     labelNames: ['source'] as const,
     registers: [registry],
-    collect () { this.reset(); this.set({ source: directory.info().source }, 1) }
+    collect () { this.reset(); this.set({ source: snapshots.info().source }, 1) }
   })
   new Gauge({
     name: 'directory_snapshot_loaded_timestamp_seconds',
     help: 'When the data served was installed, in seconds since the epoch',
     registers: [registry],
-    collect () { this.set(directory.info().loadedAt / 1000) }
+    collect () { this.set(snapshots.info().loadedAt / 1000) }
   })
   new Gauge({
     name: 'directory_records',
@@ -214,7 +214,7 @@ function snapshotMetrics (registry: Registry, directory: Directory) {
     labelNames: ['kind'] as const,
     registers: [registry],
     collect () {
-      for (const [kind, count] of Object.entries(directory.info().records)) this.set({ kind }, count)
+      for (const [kind, count] of Object.entries(snapshots.info().records)) this.set({ kind }, count)
     }
   })
   new Counter({
@@ -223,7 +223,7 @@ function snapshotMetrics (registry: Registry, directory: Directory) {
     labelNames: ['outcome'] as const,
     registers: [registry],
     collect () {
-      const { succeeded, failed } = directory.info().reloads
+      const { succeeded, failed } = snapshots.info().reloads
       this.reset()
       this.inc({ outcome: 'succeeded' }, succeeded)
       this.inc({ outcome: 'failed' }, failed)

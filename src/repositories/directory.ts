@@ -1,5 +1,5 @@
 import type { DirectoryData, RecordKind } from './records.js'
-import { deriveView, type DirectoryView } from './views.js'
+import { deriveView, type Snapshot } from './views.js'
 
 export interface DirectoryInfo {
   /** The source of the data: `files`, `postgres`. */
@@ -13,9 +13,9 @@ export interface DirectoryInfo {
 }
 
 /** The directory the server serves: the current snapshot's view, swapped whole when a change is installed. */
-export interface Directory {
+export interface Snapshots {
   /** The view to answer a request from; a request reads it once and keeps it to its last byte. */
-  current(): DirectoryView
+  current(): Snapshot
   info(): DirectoryInfo
 }
 
@@ -39,7 +39,7 @@ export function createDirectory (source: string, data: DirectoryData) {
     refused () {
       reloads.failed++
     }
-  } satisfies Directory & Record<string, unknown>
+  } satisfies Snapshots & Record<string, unknown>
 }
 
 /** Records of each kind; `members` counts all organizations' members. */

@@ -1,3 +1,4 @@
+import { hash } from 'node:crypto'
 import type { Member } from '../schemas/member.js'
 
 /**
@@ -10,6 +11,8 @@ interface Block {
   readonly ends: Uint32Array
   /** The hash of its last member's id: where to look for it in the next snapshot. */
   readonly key: number
+  /** SHA-1 of `json` (base64url): what the list's version is made of. */
+  readonly digest: string
 }
 
 /** A block ends after a member whose id hash has these bits clear: about 1,024 members a block. */
@@ -26,6 +29,12 @@ const COMMA = Buffer.from(',')
  * the one before. Member objects are made only on demand (an export, a test).
  */
 export class MemberList {
+  /**
+   * Changes whenever a member changes, and is the same for the same members on every replica: a
+   * digest of the blocks' digests, so it costs a hash per block changed, not per member.
+   */
+  readonly version: string
+
   /** Made by a MemberListBuilder. */
   constructor (
     readonly length: number,
@@ -33,7 +42,9 @@ export class MemberList {
     readonly blocks: readonly Block[],
     /** The index of the first member of each block. */
     private readonly starts: Uint32Array
-  ) {}
+  ) {
+    this.version = blocks.length === 1 ? blocks[0]!.digest : hash('sha1', blocks.map((block) => block.digest).join(','), 'base64url')
+  }
 
   /**
    * A list of these members, whose ids are known to be unique (a primary key says so); blocks equal
@@ -183,7 +194,7 @@ export class MemberListBuilder {
       // Its own memory, not a slice of a shared pool: it may outlive every other block of this list.
       const own = Buffer.allocUnsafeSlow(json.length)
       json.copy(own)
-      this.blocks.push({ json: own, ends: Uint32Array.from(this.ends), key })
+      this.blocks.push({ json: own, ends: Uint32Array.from(this.ends), key, digest: hash('sha1', own, 'base64url') })
     }
     this.starts.push(this.count - this.ends.length)
     this.used = 0

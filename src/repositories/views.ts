@@ -26,15 +26,25 @@ export interface SerializedList {
  * serialized, their tags, the key map and the member offsets. A request does no serialization and
  * no query, and one view answers a request from its authentication to its last byte.
  */
-export interface DirectoryView {
+export interface Snapshot {
   /** `{"data": Provider[]}` as JSON. */
   providers(): SerializedList
   /** `{"data": Endpoint[]}` as JSON. */
   zdrEndpoints(): SerializedList
   /** The key whose SHA-256 (lowercase hex) is given. */
   findKey(sha256: string): ApiKey | undefined
-  /** `{"data": Member[], "total_count": n}` as JSON, or undefined when the organization does not exist. */
-  memberPageJson(organizationId: string, offset: number, limit: number): Buffer | undefined
+  /** A page of the organization's members, or undefined when the organization does not exist. */
+  memberPage(organizationId: string, offset: number, limit: number): MemberPage | undefined
+}
+
+export interface MemberPage {
+  /** `{"data": Member[], "total_count": n}` as JSON. */
+  json: Buffer
+  /**
+   * The version of the organization's members: the same members give the same version on every
+   * replica, and any change of a member gives another. With the offset and the limit, it names the page.
+   */
+  version: string
 }
 
 // Derived parts, remembered by the identity of the records they come from. A source that changes
@@ -53,7 +63,7 @@ function remember<K extends object, V> (cache: WeakMap<K, V>, key: K, derive: (k
   return value
 }
 
-export function deriveView (data: DirectoryData): DirectoryView {
+export function deriveView (data: DirectoryData): Snapshot {
   const providers = remember(lists, data.providers, serializeList)
   const zdrEndpoints = remember(lists, data.endpoints, serializeList)
   const keysByHash = remember(keyMaps, data.keys, (keys) => new Map(keys.map((key) => [key.sha256, key])))
@@ -65,14 +75,14 @@ export function deriveView (data: DirectoryData): DirectoryView {
     providers: () => providers,
     zdrEndpoints: () => zdrEndpoints,
     findKey: (sha256) => keysByHash.get(sha256),
-    memberPageJson (organizationId, offset, limit) {
+    memberPage (organizationId, offset, limit) {
       return membersByOrganization.get(organizationId)?.page(offset, limit)
     }
   }
 }
 
 interface MemberPages {
-  page(offset: number, limit: number): Buffer
+  page(offset: number, limit: number): MemberPage
 }
 
 const PAGE_START = Buffer.from('{"data":[')
@@ -85,9 +95,9 @@ function pagesOf (members: MemberList): MemberPages {
   const pageEnd = Buffer.from(`],"total_count":${members.length}}`)
   const pastTheEnd = Buffer.concat([PAGE_START, pageEnd])
   return {
-    page (offset: number, limit: number): Buffer {
-      if (offset >= members.length) return pastTheEnd
-      return Buffer.concat([PAGE_START, ...members.json(offset, Math.min(offset + limit, members.length)), pageEnd])
+    page (offset: number, limit: number): MemberPage {
+      if (offset >= members.length) return { json: pastTheEnd, version: members.version }
+      return { json: Buffer.concat([PAGE_START, ...members.json(offset, Math.min(offset + limit, members.length)), pageEnd]), version: members.version }
     }
   }
 }

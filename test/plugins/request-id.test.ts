@@ -22,7 +22,7 @@ describe('the request id', () => {
   })
 
   it('is on a 405 and on a 500', async () => {
-    const app = build({ directory: failingDirectory() })
+    const app = build({ snapshots: failingDirectory() })
     const failed = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaManagement) })
     expect(failed.statusCode).toBe(500)
     expect(failed.headers['x-request-id']).toMatch(GENERATED)

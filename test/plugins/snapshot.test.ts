@@ -6,7 +6,7 @@ describe('one snapshot per request', () => {
 
   it('answers a request from the data it was authenticated with, even when a change is installed meanwhile', async () => {
     const directory = createDirectory('test', makeData())
-    const app = build({ directory })
+    const app = build({ snapshots: directory })
     // The next snapshot revokes the key and shrinks its organization.
     const next = makeData({
       organizations: [{ id: 'org_alpha', name: 'Alpha', members: makeMembers('alpha', 3) }],

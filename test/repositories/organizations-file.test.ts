@@ -21,7 +21,7 @@ async function write (content: string | Buffer) {
 async function page (path: string, index: number, offset: number, limit: number) {
   const organizations = await readOrganizationsFile(path, 'organizations.json')
   const directory = createDirectory('test', makeData({ organizations }))
-  return directory.current().memberPageJson(organizations[index]!.id, offset, limit)!.toString()
+  return directory.current().memberPage(organizations[index]!.id, offset, limit)!.json.toString()
 }
 
 /** Members with long names: 3,000 of them make 1.5 MB, more than one read, batch and block. */

@@ -54,7 +54,7 @@ describe('GET /metrics', () => {
 
   it('describes the data served: source, when installed, records of each kind, reloads that succeeded and failed', async () => {
     const directory = createDirectory('files', makeData())
-    const app = build({ directory })
+    const app = build({ snapshots: directory })
     const before = (await app.inject({ url: '/metrics' })).body
     expect(valueOf(before, 'directory_snapshot_info{source="files"}')).toBe(1)
     expect(valueOf(before, 'directory_records{kind="providers"}')).toBe(3)

@@ -21,7 +21,7 @@ const endpointRoutes: FastifyPluginAsyncTypebox = async (app) => {
       }
     }
   }, (request, reply) => {
-    sendList(request, reply, request.directory.zdrEndpoints())
+    sendList(request, reply, request.snapshot.zdrEndpoints())
   })
 }
 

@@ -61,9 +61,9 @@ const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
   }, (request, reply) => {
     // requireManagementKey has run, so the key is set.
     const organizationId = request.apiKey!.organization_id
-    const page = request.directory.memberPageJson(organizationId, request.query.offset, request.query.limit)
+    const page = request.snapshot.memberPage(organizationId, request.query.offset, request.query.limit)
     if (page === undefined) throw new OrganizationNotFound(organizationId)
-    sendPage(request, reply, page)
+    sendPage(request, reply, page.json)
   })
 }
 

@@ -21,7 +21,7 @@ const providerRoutes: FastifyPluginAsyncTypebox = async (app) => {
       }
     }
   }, (request, reply) => {
-    sendList(request, reply, request.directory.providers())
+    sendList(request, reply, request.snapshot.providers())
   })
 }
 

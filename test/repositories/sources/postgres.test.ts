@@ -58,7 +58,7 @@ async function follow () {
       deliver({ refused, change })
     }
   })
-  const app = build({ directory })
+  const app = build({ snapshots: directory })
   return {
     data,
     app,

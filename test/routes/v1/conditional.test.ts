@@ -23,7 +23,7 @@ describe.each(['/v1/providers', '/v1/endpoints/zdr'])('conditional GET %s', (url
 
   it('gives a list a new ETag when a change is installed, and the old tag no 304', async () => {
     const directory = createDirectory('test', makeData())
-    const app = build({ directory })
+    const app = build({ snapshots: directory })
     const before = await currentEtag(app)
     directory.install(makeData({ providers: [makeProvider(42)], endpoints: [makeEndpoint(42)] }))
     expect(await currentEtag(app)).not.toBe(before)
@@ -32,9 +32,9 @@ describe.each(['/v1/providers', '/v1/endpoints/zdr'])('conditional GET %s', (url
   })
 
   it('gives the same data the same ETag in another process or replica', async () => {
-    const one = await currentEtag(build({ directory: createDirectory('test', makeData()) }))
+    const one = await currentEtag(build({ snapshots: createDirectory('test', makeData()) }))
     // Parsed again from its JSON text, as another replica would read it.
-    expect(await currentEtag(build({ directory: createDirectory('test', JSON.parse(JSON.stringify(makeData()))) }))).toBe(one)
+    expect(await currentEtag(build({ snapshots: createDirectory('test', JSON.parse(JSON.stringify(makeData()))) }))).toBe(one)
   })
 
   it.each([
