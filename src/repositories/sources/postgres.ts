@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { DataError, RECORD_KINDS, assertUnique, memberProblem, recordProblem, validateRecords, type Organization } from '../records.js'
+import { DataError, RECORD_KINDS, assertUnique, type RecordKind, memberProblem, recordProblem, validateRecords, type Organization } from '../records.js'
 import { MemberList, MemberListBuilder, blockIndex, type Block } from '../member-list.js'
 import { quoteValue } from '../../schemas/describe-error.js'
 import type { Source, SourceEvents } from '../source.js'
@@ -213,6 +213,18 @@ function validateOrganizations (organizations: ReadonlyArray<{ id: string, name:
   }
 }
 
+/** A read asked of the source, waiting for the transaction of its turn. */
+interface Job {
+  kind: RecordKind
+  keys: readonly string[] | 'all'
+  current: Snapshot | undefined
+  resolve(change: PartChange): void
+  reject(error: unknown): void
+}
+
+/** Small and often changed first: keys, then the lists, then organizations and their members. */
+const READ_ORDER: RecordKind[] = ['keys', 'providers', 'endpoints', 'organizations']
+
 /**
  * The directory in a PostgreSQL database (the schema of postgres-schema.ts). Every replica LISTENs:
  * the tables' triggers NOTIFY, at commit, what changed, by name (key names, organization ids), and
@@ -223,7 +235,7 @@ function validateOrganizations (organizations: ReadonlyArray<{ id: string, name:
  */
 export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, connectTimeoutMs: number }): Source {
   const location = locationOf(url)
-  // A connection per kind read at once, and the listening one apart.
+  // A connection per batch of reads at once, and the listening one apart.
   const pool = new pg.Pool({ connectionString: url, types, max: RECORD_KINDS.length, keepAlive: true, connectionTimeoutMillis: 10000 })
   // An idle connection cut by the server: the pool drops it; the listening connection says what it means.
   pool.on('error', () => {})
@@ -231,6 +243,7 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
   let events: SourceEvents | undefined
   let listening: pg.Client | undefined
   let connecting: Promise<void> | undefined
+  let batch: Job[] | undefined
   let closed = false
 
   async function listen (timeoutMs: number) {
@@ -319,32 +332,68 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
     return organizations
   }
 
+  async function readKind (client: pg.ClientBase, { kind, keys, current }: Job): Promise<PartChange> {
+    if (current === undefined) await checkSchema(client)
+    switch (kind) {
+      case 'providers': return { kind, all: await readProviders(client) }
+      case 'endpoints': return { kind, all: await readEndpoints(client) }
+      case 'keys': {
+        const found = await readKeys(client, keys)
+        if (keys === 'all') return { kind, all: found }
+        const present = new Set(found.map((key) => key.name))
+        return { kind, upsert: found, remove: keys.filter((name) => !present.has(name)) }
+      }
+      case 'organizations': {
+        const found = await readOrganizations(client, keys, current)
+        if (keys === 'all') return { kind, all: found }
+        const present = new Set(found.map((organization) => organization.id))
+        return { kind, upsert: found, remove: keys.filter((id) => !present.has(id)) }
+      }
+    }
+  }
+
+  /**
+   * The kinds asked for in the same turn (the notices of one transaction, the first load) are read
+   * in one transaction, so that they agree with each other (a key and the organization it moved
+   * to); the cheap ones first, each handed over as soon as it is read, so that a revocation read
+   * with a large reload does not wait for it.
+   */
+  async function readBatch (jobs: Job[]) {
+    jobs.sort((a, b) => READ_ORDER.indexOf(a.kind) - READ_ORDER.indexOf(b.kind))
+    try {
+      await inTransaction(async (client) => {
+        for (const job of jobs) {
+          try {
+            job.resolve(await readKind(client, job))
+          } catch (error) {
+            // Bad data refuses its kind alone; anything else fails the transaction, and the rest.
+            if (!(error instanceof DataError)) throw error
+            job.reject(error)
+          }
+        }
+      })
+    } catch (error) {
+      for (const job of jobs) job.reject(error)
+    }
+  }
+
   return {
     name: 'postgres',
     location,
     async read (kind, keys, current) {
       // Listening first: a change committed while a kind is read is notified, and read again.
       if (listening === undefined && events === undefined) await (connecting ??= listen(connectTimeoutMs))
-      return await inTransaction(async (client) => {
-        if (current === undefined) await checkSchema(client)
-        switch (kind) {
-          case 'providers': return { kind, all: await readProviders(client) }
-          case 'endpoints': return { kind, all: await readEndpoints(client) }
-          case 'keys': {
-            const found = await readKeys(client, keys)
-            if (keys === 'all') return { kind, all: found }
-            const present = new Set(found.map((key) => key.name))
-            return { kind, upsert: found, remove: keys.filter((name) => !present.has(name)) }
-          }
-          case 'organizations': {
-            const found = await readOrganizations(client, keys, current)
-            if (keys === 'all') return { kind, all: found }
-            const present = new Set(found.map((organization) => organization.id))
-            return { kind, upsert: found, remove: keys.filter((id) => !present.has(id)) }
-          }
+      return await new Promise((resolve, reject) => {
+        if (batch === undefined) {
+          batch = []
+          setImmediate(() => {
+            const jobs = batch!
+            batch = undefined
+            void readBatch(jobs)
+          })
         }
-        throw new Error(`unknown kind ${String(kind)}`)
-      }) as unknown as PartChange<typeof kind>
+        batch.push({ kind, keys, current, resolve: resolve as Job['resolve'], reject })
+      })
     },
     watch (handlers) {
       events = handlers
