@@ -3,10 +3,10 @@ import module from 'node:module'
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { loadConfig } from './config.js'
-import { createDirectory } from './repositories/directory.js'
+import { createLifecycle, type Lifecycle } from './repositories/lifecycle.js'
 import { holdListCompression } from './repositories/views.js'
 import { createFileSource } from './repositories/sources/files.js'
-import type { DirectorySource } from './repositories/source.js'
+import type { Source } from './repositories/source.js'
 import { createLogStream } from './log-stream.js'
 import { truncate } from './truncate.js'
 
@@ -19,15 +19,18 @@ function refuseToStart (error: unknown): never {
 
 async function main () {
   let config
-  let source: DirectorySource
-  let data
+  let source: Source
+  let lifecycle: Lifecycle
+  // The lists' compression waits until the server listens: the first answer comes sooner.
+  const releaseCompression = holdListCompression()
   try {
     config = loadConfig()
     // The PostgreSQL client is loaded only for PostgreSQL, not on every start.
     source = config.DATABASE_URL
       ? (await import('./repositories/sources/postgres.js')).createPostgresSource({ url: config.DATABASE_URL, connectTimeoutMs: config.DATABASE_CONNECT_TIMEOUT_MS })
       : createFileSource(config.FIXTURES_DIR)
-    data = await source.load()
+    lifecycle = createLifecycle(source)
+    await lifecycle.load()
   } catch (error) {
     // Bad configuration or data: say which and stop before listening.
     refuseToStart(error)
@@ -35,28 +38,16 @@ async function main () {
 
   // JSON lines for log collectors; readable lines only when a person watches a terminal.
   const destination = process.stdout.isTTY ? undefined : createLogStream()
-  // The lists' compression waits until the server listens: the first answer comes sooner.
-  const releaseCompression = holdListCompression()
-  const directory = createDirectory(source.name, data)
   const app = buildApp({
-    snapshots: directory,
+    snapshots: lifecycle,
     settings: config,
     log: destination ? { level: config.LOG_LEVEL, stream: destination } : { level: config.LOG_LEVEL, pretty: true }
   })
 
-  // Changes are installed whole, or refused whole while the current data keeps serving.
-  source.watch({
-    install (next, change) {
-      directory.install(next)
-      app.log.info({ change, source: source.name, records: directory.info().records }, 'directory reloaded')
-    },
-    reject (error, change) {
-      directory.refused()
-      app.log.error({ change, source: source.name, problem: error.message }, 'change refused; the current data keeps serving')
-    }
-  })
+  // Each kind's changes are installed as they come, or refused while its last good records keep serving.
+  lifecycle.follow(app.log)
   // SIGHUP reloads, as it does for nginx and most daemons; it never stops the process.
-  process.on('SIGHUP', () => source.reload())
+  process.on('SIGHUP', () => lifecycle.reload())
 
   // close() stops accepting connections and waits for the requests in flight: then exit 0. Past the
   // grace period close-with-grace exits 1, since requests were cut; its message goes through our
@@ -64,18 +55,20 @@ async function main () {
   closeWithGrace({ delay: config.SHUTDOWN_GRACE_MS, logger: app.log, skip: ['SIGHUP'] }, async ({ signal, err }) => {
     if (err) app.log.error({ err }, 'shutting down after an error')
     else app.log.info({ signal }, 'shutting down')
-    await source.close()
+    await lifecycle.close()
     await app.close()
   })
 
+  let address
   try {
-    await app.listen({ host: config.HOST, port: config.PORT })
+    address = await app.listen({ host: config.HOST, port: config.PORT })
   } catch (error) {
     // A port in use, an address this host does not have: as plain as a bad setting.
     refuseToStart(error)
   }
   releaseCompression()
-  app.log.info({ source: source.name, location: source.location, records: directory.info().records }, 'directory loaded')
+  const { version, fingerprint, records } = lifecycle.info()
+  app.log.info({ source: source.name, location: source.location, snapshot: { version, fingerprint }, records, docs: `${address}/docs` }, `directory loaded; the API reference is at ${address}/docs`)
   // The start-up lines are worth seeing at once, not up to a second later.
   destination?.flush()
   // Everything a request needs is compiled by now: the next start reads it from the cache. (Node.js

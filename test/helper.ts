@@ -3,9 +3,9 @@ import { Writable } from 'node:stream'
 import { TestRunner, onTestFinished } from 'vitest'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, type LogOptions } from '../src/app.js'
-import { createDirectory, type Snapshots } from '../src/repositories/directory.js'
-import type { DirectoryData } from '../src/repositories/records.js'
-import type { Snapshot } from '../src/repositories/views.js'
+import type { Snapshots, SnapshotInfo } from '../src/repositories/lifecycle.js'
+import { RECORD_KINDS, type DirectoryData } from '../src/repositories/records.js'
+import { createSnapshot, type Snapshot } from '../src/repositories/snapshot.js'
 import type { Provider } from '../src/schemas/provider.js'
 import type { Endpoint } from '../src/schemas/endpoint.js'
 import { MemberList } from '../src/repositories/member-list.js'
@@ -107,9 +107,39 @@ export function captureLogs (level = 'info') {
   return { lines, raw, log: { level, stream } }
 }
 
+/**
+ * Snapshots over records given, changed by hand: `install(data)` makes the next snapshot, `refused()`
+ * counts a refusal. The first snapshot is made when the app gets ready.
+ */
+export function snapshotsOf (data: DirectoryData, source = 'test') {
+  let snapshot: Snapshot | undefined
+  const reloads = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['reloads']
+  const ready = createSnapshot(data).then((first) => { snapshot = first })
+  return {
+    ready,
+    current: () => snapshot!,
+    info: (): SnapshotInfo => ({
+      source,
+      version: snapshot!.version,
+      fingerprint: snapshot!.fingerprint,
+      loadedAt: snapshot!.installedAt,
+      records: snapshot!.counts(),
+      reloads: structuredClone(reloads),
+      following: true
+    }),
+    async install (next: DirectoryData) {
+      snapshot = await createSnapshot(next, snapshot!.version + 1)
+      for (const kind of RECORD_KINDS) reloads[kind].succeeded++
+    },
+    refused (kind: keyof SnapshotInfo['reloads'] = 'providers') {
+      reloads[kind].failed++
+    }
+  } satisfies Snapshots & Record<string, unknown>
+}
+
 export interface BuildOptions {
   data?: DirectoryData
-  snapshots?: Snapshots
+  snapshots?: Snapshots | ReturnType<typeof snapshotsOf>
   log?: LogOptions
   /** Settings of config.ts; their defaults otherwise. */
   settings?: Parameters<typeof buildApp>[0]['settings']
@@ -123,8 +153,9 @@ const fileApps: FastifyInstance[] = []
  * (test/conformance.ts), whatever the test looks at. It is closed when the test that built it ends,
  * or at the end of its file when built outside a test (test/setup.ts).
  */
-export function build ({ data = makeData(), snapshots = createDirectory('test', data), log, settings }: BuildOptions = {}) {
+export function build ({ data = makeData(), snapshots = snapshotsOf(data), log, settings }: BuildOptions = {}) {
   const app = buildApp({ snapshots, log, settings })
+  if ('ready' in snapshots) app.addHook('onReady', async () => { await snapshots.ready })
   checkResponsesAgainstDocument(app)
   if (TestRunner.getCurrentTest()) onTestFinished(() => app.close())
   else fileApps.push(app)
@@ -136,14 +167,21 @@ export function closeFileApps () {
   return Promise.all(fileApps.splice(0).map((app) => app.close()))
 }
 
-/** A directory whose data layer fails on reading the lists and pages named: for the 500s. */
-export function failingDirectory (
+/** Snapshots whose data layer fails on reading the lists and pages named: for the 500s. */
+export function failingSnapshots (
   data: DirectoryData = makeData(),
   failure = new Error('the data layer failed'),
   parts: Array<'providers' | 'zdrEndpoints' | 'memberPage'> = ['providers', 'zdrEndpoints', 'memberPage']
-): Snapshots {
+): ReturnType<typeof snapshotsOf> {
   const broken = () => { throw failure }
-  const directory = createDirectory('test', data)
-  const view: Snapshot = { ...directory.current(), ...Object.fromEntries(parts.map((part) => [part, broken])) }
-  return { ...directory, current: () => view }
+  const snapshots = snapshotsOf(data)
+  let view: Snapshot | undefined
+  return {
+    ...snapshots,
+    current () {
+      // A snapshot like the others, but for the parts named.
+      view ??= Object.assign(Object.create(snapshots.current()) as Snapshot, Object.fromEntries(parts.map((part) => [part, broken])))
+      return view
+    }
+  }
 }

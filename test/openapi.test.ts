@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { parse as parseYaml } from 'yaml'
-import { createDirectory, type Snapshots } from '../src/repositories/directory.js'
-import { KEYS, bearer, build, failingDirectory, makeData, makeProvider, sha256 } from './helper.js'
+import { createSnapshot } from '../src/repositories/snapshot.js'
+import { KEYS, bearer, build, failingSnapshots, snapshotsOf, makeData, makeProvider, sha256 } from './helper.js'
 import { createConformanceChecker, createDocumentValidator, fetchServedDocument, takeConformanceFailures, type OpenApiDocument } from './conformance.js'
 
 const { text: servedText, document } = await fetchServedDocument()
@@ -142,19 +142,19 @@ describe('the OpenAPI document', () => {
   })
 })
 
-describe('every documented response, provoked', () => {
-  // The 404 example names the organization of the README's key for a deleted organization.
-  const DELETED_ORGANIZATION_KEY = 'test-deleted-organization-key'
-  const data = makeData()
-  data.keys.push({ name: 'deleted-organization', sha256: sha256(DELETED_ORGANIZATION_KEY), kind: 'management', organization_id: 'org_2vQmDeleted03' })
-  const failing = failingDirectory(data)
+// The 404 example names the organization of the README's key for a deleted organization.
+const DELETED_ORGANIZATION_KEY = 'test-deleted-organization-key'
+const data = makeData({ keys: [...makeData().keys, { name: 'deleted-organization', sha256: sha256(DELETED_ORGANIZATION_KEY), kind: 'management', organization_id: 'org_2vQmDeleted03' }] })
+const current = await createSnapshot(data)
 
-  const current = createDirectory('test', data).current()
+describe('every documented response, provoked', () => {
+  const failing = failingSnapshots(data)
+
   // One request a minute per key and per address: the second of a provocation is refused.
-  const limited = createDirectory('test', data)
+  const limited = snapshotsOf(data)
   // A body of more than BODY_LIMIT_BYTES.
   const tooLarge = 'x'.repeat(2048)
-  const provocations: Record<string, Record<string, { key?: string, query?: string, ifNoneMatch?: string, headers?: Record<string, string[]>, payload?: string, snapshots?: Snapshots }>> = {
+  const provocations: Record<string, Record<string, { key?: string, query?: string, ifNoneMatch?: string, headers?: Record<string, string[]>, payload?: string, snapshots?: ReturnType<typeof snapshotsOf> }>> = {
     listProviders: {
       200: { key: KEYS.alphaStandard },
       304: { key: KEYS.alphaStandard, ifNoneMatch: current.providers().representations.identity.etag },
@@ -185,7 +185,7 @@ describe('every documented response, provoked', () => {
     }
   }
 
-  const apps = new Map<Snapshots | undefined, ReturnType<typeof build>>()
+  const apps = new Map<ReturnType<typeof snapshotsOf> | undefined, ReturnType<typeof build>>()
   beforeAll(() => {
     apps.set(undefined, build({ data }))
     apps.set(failing, build({ snapshots: failing }))

@@ -3,8 +3,7 @@ import { promisify } from 'node:util'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { OpenRouter } from '@openrouter/sdk'
 import { InternalServerResponseError, NotFoundResponseError, OpenRouterDefaultError, UnauthorizedResponseError } from '@openrouter/sdk/models/errors'
-import { createDirectory, type Snapshots } from '../src/repositories/directory.js'
-import { KEYS, build, failingDirectory, makeData, makeEndpoint, makeMembers, makeProvider } from './helper.js'
+import { KEYS, build, failingSnapshots, makeData, makeEndpoint, makeMembers, makeProvider, snapshotsOf , type BuildOptions } from './helper.js'
 
 /** The SDK's view of a record: the same fields, names camel-cased (`privacy_policy_url` → `privacyPolicyUrl`). */
 function camelCased (value: unknown): unknown {
@@ -42,7 +41,7 @@ const data = makeData({
   ]
 })
 
-async function listen (directory: Snapshots) {
+async function listen (directory: NonNullable<BuildOptions['snapshots']>) {
   const app = build({ snapshots: directory })
   const address = await app.listen({ host: '127.0.0.1', port: 0 })
   return { app, serverURL: `${address}/v1` }
@@ -54,7 +53,7 @@ describe('the official @openrouter/sdk client', () => {
   // Retries off: an error must surface at once, not after a back-off.
   const client = (apiKey: string, serverURL = server.serverURL) => new OpenRouter({ apiKey, serverURL, retryConfig: { strategy: 'none' } })
 
-  beforeAll(async () => { server = await listen(createDirectory('test', data)) })
+  beforeAll(async () => { server = await listen(snapshotsOf(data)) })
 
   it('providers.list() answers every provider of the data, field by field', async () => {
     const res = await client(KEYS.alphaStandard).providers.list()
@@ -126,7 +125,7 @@ describe('the official @openrouter/sdk client', () => {
   describe('when the server fails', () => {
     let failing: Awaited<ReturnType<typeof listen>>
     beforeAll(async () => {
-      failing = await listen(failingDirectory(data))
+      failing = await listen(failingSnapshots(data))
     })
 
     it('raises InternalServerResponseError from each of the three operations', async () => {

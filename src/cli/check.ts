@@ -2,7 +2,7 @@
 // that build data. Usage: npm run check -- --fixtures-dir DIR (default: FIXTURES_DIR, else the bundled data)
 import { parseArgs } from 'node:util'
 import { loadConfig } from '../config.js'
-import { countRecords } from '../repositories/directory.js'
+import { countRecords } from '../repositories/records.js'
 import { loadFixtures } from '../repositories/sources/files.js'
 
 async function main () {

@@ -4,13 +4,13 @@ import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { loadConfig } from '../config.js'
-import { RECORD_KINDS } from '../repositories/records.js'
+import { RECORD_KINDS, countRecords } from '../repositories/records.js'
 import { FIXTURE_FILES, loadFixtures } from '../repositories/sources/files.js'
 import { writeJsonFile } from '../repositories/json-file.js'
 import { connectPostgres, createPostgresSource, locationOf } from '../repositories/sources/postgres.js'
 import { migrate } from '../repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../repositories/sources/postgres-write.js'
-import { countRecords } from '../repositories/directory.js'
+import { readAll } from '../repositories/source.js'
 
 const USAGE = 'usage: npm run db -- migrate | import --fixtures-dir <dir> | export --fixtures-dir <dir>'
 
@@ -28,7 +28,7 @@ async function main () {
     // The replicas' own reader: what is written is what they serve.
     const source = createPostgresSource({ url, connectTimeoutMs: config.DATABASE_CONNECT_TIMEOUT_MS })
     try {
-      const data = await source.load()
+      const data = await readAll(source)
       await mkdir(dir!, { recursive: true })
       for (const kind of RECORD_KINDS) {
         await writeJsonFile(join(dir!, FIXTURE_FILES[kind]), data[kind])

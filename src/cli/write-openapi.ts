@@ -4,13 +4,13 @@ import { mkdir, writeFile } from 'node:fs/promises'
 import { dirname } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { buildApp } from '../app.js'
-import { createDirectory } from '../repositories/directory.js'
+import { fixedSnapshots } from '../repositories/lifecycle.js'
 
 const OPENAPI_FILE = fileURLToPath(new URL('../../docs/openapi.json', import.meta.url))
 
 async function main () {
   // The document depends on the routes, not on the data: an empty directory will do.
-  const app = buildApp({ snapshots: createDirectory('none', { providers: [], endpoints: [], organizations: [], keys: [] }) })
+  const app = buildApp({ snapshots: await fixedSnapshots({ providers: [], endpoints: [], organizations: [], keys: [] }) })
   const res = await app.inject({ url: '/v1/openapi.json' })
   await app.close()
   if (res.statusCode !== 200) throw new Error(`GET /v1/openapi.json answered ${res.statusCode}: ${res.body}`)

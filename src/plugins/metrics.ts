@@ -6,7 +6,7 @@ import Gauge from 'prom-client/lib/gauge.js'
 import Registry from 'prom-client/lib/registry.js'
 import type { Metric } from 'prom-client'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import type { Snapshots } from '../repositories/directory.js'
+import type { Snapshots } from '../repositories/lifecycle.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -193,24 +193,40 @@ async function metricsPlugin (app: FastifyInstance, { enabled, snapshots }: { en
   })
 }
 
-/** The data served, read from the directory when Prometheus scrapes: nothing to do per request or per reload. */
+/** The data served, read from the lifecycle when Prometheus scrapes: nothing to do per request or per change. */
 function snapshotMetrics (registry: Registry, snapshots: Snapshots) {
   new Gauge({
     name: 'directory_snapshot_info',
-    help: 'The source of the data served (files or postgres), always 1',
-    labelNames: ['source'] as const,
+    help: 'The snapshot served: its source (files or postgres) and its fingerprint, equal on replicas that serve the same data; always 1',
+    labelNames: ['source', 'fingerprint'] as const,
     registers: [registry],
-    collect () { this.reset(); this.set({ source: snapshots.info().source }, 1) }
+    collect () {
+      const { source, fingerprint } = snapshots.info()
+      this.reset()
+      this.set({ source, fingerprint }, 1)
+    }
+  })
+  new Gauge({
+    name: 'directory_snapshot_version',
+    help: 'The version of the snapshot served: 1 at start, one more for each change installed',
+    registers: [registry],
+    collect () { this.set(snapshots.info().version) }
   })
   new Gauge({
     name: 'directory_snapshot_loaded_timestamp_seconds',
-    help: 'When the data served was installed, in seconds since the epoch',
+    help: 'When the snapshot served was installed, in seconds since the epoch',
     registers: [registry],
     collect () { this.set(snapshots.info().loadedAt / 1000) }
   })
   new Gauge({
+    name: 'directory_source_up',
+    help: 'Whether changes of the source are followed (the PostgreSQL connection is up, the data folder exists): 1 or 0',
+    registers: [registry],
+    collect () { this.set(snapshots.info().following ? 1 : 0) }
+  })
+  new Gauge({
     name: 'directory_records',
-    help: 'Records of each kind in the data served (members: of all organizations)',
+    help: 'Records of each kind in the snapshot served (members: of all organizations)',
     labelNames: ['kind'] as const,
     registers: [registry],
     collect () {
@@ -219,14 +235,15 @@ function snapshotMetrics (registry: Registry, snapshots: Snapshots) {
   })
   new Counter({
     name: 'directory_reloads_total',
-    help: 'Changes of the data since start: installed (succeeded) or refused, the old data serving on (failed)',
-    labelNames: ['outcome'] as const,
+    help: 'Changes of each kind since start: installed (succeeded) or refused, the last good records serving on (failed)',
+    labelNames: ['kind', 'outcome'] as const,
     registers: [registry],
     collect () {
-      const { succeeded, failed } = snapshots.info().reloads
       this.reset()
-      this.inc({ outcome: 'succeeded' }, succeeded)
-      this.inc({ outcome: 'failed' }, failed)
+      for (const [kind, { succeeded, failed }] of Object.entries(snapshots.info().reloads)) {
+        this.inc({ kind, outcome: 'succeeded' }, succeeded)
+        this.inc({ kind, outcome: 'failed' }, failed)
+      }
     }
   })
 }

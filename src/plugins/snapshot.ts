@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import type { Snapshots } from '../repositories/directory.js'
-import type { Snapshot } from '../repositories/views.js'
+import type { Snapshots } from '../repositories/lifecycle.js'
+import type { Snapshot } from '../repositories/snapshot.js'
 
 declare module 'fastify' {
   interface FastifyRequest {

@@ -235,3 +235,133 @@ export async function writeJsonFile (path: string, value: unknown) {
   await writeFile(`${path}.tmp`, JSON.stringify(value, null, 2) + '\n')
   await rename(`${path}.tmp`, path)
 }
+
+/** The elements of an array file are parsed this many bytes at a time: one JSON.parse a batch, small enough to die young. */
+const ARRAY_BATCH_BYTES = 64 * 1024
+const ARRAY_WINDOW_BYTES = 1024 * 1024
+
+/**
+ * Reads a file that holds a JSON array a batch of elements at a time, handing each batch to
+ * `onBatch` with the index of its first element: a file of a million records is never one string,
+ * one JSON.parse nor a million objects at once, and the event loop gets a turn between windows.
+ * Anything the scan does not expect (bad syntax, bad UTF-8, not an array, nesting too deep) is left
+ * to readJsonFile, which reads the file whole and says where; its value is answered then (the caller
+ * validates it as usual), or undefined when the elements were all handed over.
+ */
+export async function readJsonArray (path: string, label: string, onBatch: (values: unknown[], first: number) => void | Promise<void>): Promise<unknown> {
+  const handle = await openRegularFile(path, label)
+  try {
+    if (await scanArray(handle, onBatch)) return undefined
+  } finally {
+    await handle.close()
+  }
+  return await readJsonFile(path, label)
+}
+
+/** False when the file is not what the scan expects (then nothing, or only whole batches, were handed over). */
+async function scanArray (handle: FileHandle, onBatch: (values: unknown[], first: number) => void | Promise<void>): Promise<boolean> {
+  let window = Buffer.allocUnsafe(ARRAY_WINDOW_BYTES)
+  let filled = 0
+  let pos = 0
+  let first = true
+  // -1 before the opening bracket, then the depth inside the array; -2 after its closing bracket.
+  let depth = -1
+  let inString = false
+  let escaped = false
+  let batchStart = -1
+  let lastEnd = -1
+  let count = 0
+  let elements = 0
+  const flush = async (end: number) => {
+    if (batchStart < 0 || lastEnd < 0) return true
+    const bytes = window.subarray(batchStart, end)
+    if (!isUtf8(bytes)) return false
+    let values: unknown[]
+    try {
+      values = JSON.parse(`[${bytes.toString()}]`) as unknown[]
+    } catch {
+      return false
+    }
+    if (values.length !== elements) return false
+    await onBatch(values, count)
+    count += values.length
+    elements = 0
+    batchStart = -1
+    lastEnd = -1
+    return true
+  }
+  for (;;) {
+    const { bytesRead } = await handle.read(window, filled, window.length - filled, null)
+    if (bytesRead === 0) break
+    filled += bytesRead
+    if (first) {
+      first = false
+      if (UTF8_BOM.every((byte, i) => window[i] === byte)) pos = UTF8_BOM.length
+    }
+    for (; pos < filled; pos++) {
+      const c = window[pos]!
+      if (inString) {
+        if (escaped) escaped = false
+        else if (c === 0x5c) escaped = true
+        else if (c === 0x22) inString = false
+        continue
+      }
+      if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) continue
+      if (depth === -2) return false
+      if (depth === -1) {
+        if (c !== 0x5b) return false
+        depth = 0
+        continue
+      }
+      if (depth === 0) {
+        if (c === 0x5d) {
+          depth = -2
+          if (!await flush(lastEnd)) return false
+          continue
+        }
+        if (c === 0x2c) {
+          if (lastEnd < 0 && elements === 0) return false
+          continue
+        }
+        // An element starts.
+        if (batchStart < 0) batchStart = pos
+        elements++
+      }
+      if (c === 0x22) inString = true
+      else if (c === 0x7b || c === 0x5b) {
+        if (++depth > MAX_DEPTH) return false
+        continue
+      } else if (c === 0x7d || c === 0x5d) {
+        depth--
+      } else if (depth === 0) {
+        // A number or a literal: to the next delimiter.
+        while (pos + 1 < filled && !' \t\r\n,]'.includes(String.fromCharCode(window[pos + 1]!))) pos++
+        if (pos + 1 === filled) {
+          pos++
+          break
+        }
+      }
+      if (depth === 0) {
+        lastEnd = pos + 1
+        if (lastEnd - batchStart >= ARRAY_BATCH_BYTES && !await flush(lastEnd)) return false
+      }
+    }
+    // Keep the elements not parsed yet for the next read.
+    const keep = batchStart >= 0 ? batchStart : filled
+    const carried = filled - keep
+    if (carried * 2 > window.length) {
+      const larger = Buffer.allocUnsafe(window.length * 2)
+      window.copy(larger, 0, keep, filled)
+      window = larger
+    } else {
+      window.copy(window, 0, keep, filled)
+    }
+    if (batchStart >= 0) {
+      lastEnd = lastEnd < 0 ? -1 : lastEnd - keep
+      batchStart = 0
+    }
+    pos -= keep
+    filled = carried
+  }
+  return depth === -2 && !inString
+}

@@ -1,12 +1,13 @@
 import { hash } from 'node:crypto'
 import type { Member } from '../schemas/member.js'
+import { DataError } from './data-error.js'
 
 /**
  * A run of consecutive members: their JSON texts joined by commas, and where each text ends. Its
  * last member is one whose id hashes to a boundary (or it is full): cut by content, a run of
  * members that did not change makes the same block in the next snapshot, wherever it now starts.
  */
-interface Block {
+export interface Block {
   readonly json: Buffer
   readonly ends: Uint32Array
   /** The hash of its last member's id: where to look for it in the next snapshot. */
@@ -50,7 +51,7 @@ export class MemberList {
    * A list of these members, whose ids are known to be unique (a primary key says so); blocks equal
    * to blocks of `previous` are shared with it.
    */
-  static of (members: Iterable<Member>, previous?: Iterable<MemberList>): MemberList {
+  static of (members: Iterable<Member>, previous?: ReadonlyMap<number, Block>): MemberList {
     const builder = new MemberListBuilder(previous, { checkIds: false })
     for (const member of members) builder.add(member)
     return builder.finish().list
@@ -98,34 +99,66 @@ export interface DuplicateId {
   id: string
 }
 
-/** The most members an organization may have: room for their id hashes is reserved for as many. */
+/** The most members an organization may have (the offsets of a list are 32-bit). */
 const MAX_MEMBERS = 1 << 24
+
+/**
+ * The `ends` of small blocks are cut from shared slabs: an organization of ten members would
+ * otherwise pay for an ArrayBuffer of its own, several times the size of its ends.
+ */
+const ENDS_SLAB = 16 * 1024
+let endsSlab = new Uint32Array(ENDS_SLAB)
+let endsUsed = 0
+
+function endsOf (ends: number[]): Uint32Array {
+  if (ends.length * 4 > ENDS_SLAB) return Uint32Array.from(ends)
+  if (endsUsed + ends.length > ENDS_SLAB) {
+    endsSlab = new Uint32Array(ENDS_SLAB)
+    endsUsed = 0
+  }
+  const view = endsSlab.subarray(endsUsed, endsUsed + ends.length)
+  view.set(ends)
+  endsUsed += ends.length
+  return view
+}
+
+const FIRST_BLOCK_ONLY = Uint32Array.of(0)
+
+const NO_BLOCKS: ReadonlyMap<number, Block> = new Map()
+
+/**
+ * The blocks of these lists by key, for the builders of the lists that replace them to share: one
+ * index for a whole read, however many organizations it builds.
+ */
+export function blockIndex (lists: Iterable<MemberList>): ReadonlyMap<number, Block> {
+  const index = new Map<number, Block>()
+  for (const list of lists) for (const block of list.blocks) index.set(block.key, block)
+  return index
+}
 
 /**
  * Builds a MemberList one member at a time, without holding the members: each is serialized into
  * the block being filled (or its JSON text copied, when the caller has it already), and only the
  * finished blocks stay. Unless told not to, it also finds an id that repeats, from a 53-bit hash of
  * each id (8 bytes a member, not a set of a million strings; ids whose hashes collide are compared
- * for real). The hashes (which also cut the blocks) live in a resizable buffer: reserved once,
- * filled without copies, and given back to the system as soon as the list is finished, not at some
- * later garbage collection.
+ * for real). Blocks equal to blocks of `previous` (blockIndex of the lists this one may replace)
+ * are shared with them.
  */
 export class MemberListBuilder {
-  /** The blocks of the lists this one replaces, by key. */
-  private readonly previous = new Map<number, Block>()
+  private readonly previous: ReadonlyMap<number, Block>
   private readonly blocks: Block[] = []
   private readonly starts: number[] = []
   private count = 0
-  private scratch = Buffer.allocUnsafe(256 * 1024)
+  private scratch = Buffer.allocUnsafe(16 * 1024)
   private used = 0
   private ends: number[] = []
-  private readonly hashBuffer = new ArrayBuffer(64 * 1024, { maxByteLength: 8 * MAX_MEMBERS })
-  private readonly hashes = new Float64Array(this.hashBuffer)
-  private readonly checkIds: boolean
+  private hashes: Float64Array | undefined
+  /** The id hash of the last member added: the key of the block it closes. */
+  private lastKey = 0
 
-  constructor (previous: Iterable<MemberList> = [], { checkIds = true } = {}) {
-    for (const list of previous) for (const block of list.blocks) this.previous.set(block.key, block)
-    this.checkIds = checkIds
+  constructor (previous: ReadonlyMap<number, Block> = NO_BLOCKS, { checkIds = true } = {}) {
+    this.previous = previous
+    if (checkIds) this.hashes = new Float64Array(64)
   }
 
   /**
@@ -133,6 +166,7 @@ export class MemberListBuilder {
    * JSON.stringify would write it, which is copied instead.
    */
   add (member: Member, text?: Buffer, start = 0, end = text?.length ?? 0) {
+    if (this.count === MAX_MEMBERS) throw new DataError(`more than ${MAX_MEMBERS} members in one organization`)
     const json = text ?? Buffer.from(JSON.stringify(member))
     if (text === undefined) end = json.length
     const needed = this.used + (end - start) + 1
@@ -145,28 +179,30 @@ export class MemberListBuilder {
     this.used += json.copy(this.scratch, this.used, start, end)
     this.ends.push(this.used)
     const hash = hashId(member.id)
-    if (this.count === this.hashes.length) {
-      if (this.count === MAX_MEMBERS) throw new RangeError(`more than ${MAX_MEMBERS} members in one organization`)
-      this.hashBuffer.resize(Math.min(this.hashBuffer.byteLength * 2, this.hashBuffer.maxByteLength))
+    if (this.hashes) {
+      if (this.count === this.hashes.length) {
+        const larger = new Float64Array(this.hashes.length * 2)
+        larger.set(this.hashes)
+        this.hashes = larger
+      }
+      this.hashes[this.count] = hash
     }
-    this.hashes[this.count++] = hash
+    this.count++
+    this.lastKey = hash
     if ((hash % (BOUNDARY_MASK + 1)) === 0 || this.ends.length === BLOCK_MAX) this.closeBlock(hash)
   }
 
   /** The list, and the first member (in order) whose id an earlier member has, if checked. Call once. */
   finish (): { list: MemberList, duplicate?: DuplicateId } {
-    if (this.ends.length > 0) this.closeBlock(this.hashes[this.count - 1]!)
-    const list = new MemberList(this.count, this.blocks, Uint32Array.from(this.starts))
-    try {
-      const duplicate = this.checkIds ? this.duplicateId(list) : undefined
-      return duplicate ? { list, duplicate } : { list }
-    } finally {
-      this.hashBuffer.resize(0)
-    }
+    if (this.ends.length > 0) this.closeBlock(this.lastKey)
+    const list = new MemberList(this.count, this.blocks, this.blocks.length === 1 ? FIRST_BLOCK_ONLY : Uint32Array.from(this.starts))
+    const duplicate = this.hashes ? this.duplicateId(list, this.hashes) : undefined
+    this.hashes = undefined
+    return duplicate ? { list, duplicate } : { list }
   }
 
-  private duplicateId (list: MemberList): DuplicateId | undefined {
-    const sorted = this.hashes.subarray(0, this.count).sort()
+  private duplicateId (list: MemberList, hashes: Float64Array): DuplicateId | undefined {
+    const sorted = hashes.subarray(0, this.count).sort()
     const colliding = new Set<number>()
     for (let i = 1; i < sorted.length; i++) if (sorted[i] === sorted[i - 1]) colliding.add(sorted[i]!)
     if (colliding.size === 0) return undefined
@@ -191,10 +227,10 @@ export class MemberListBuilder {
     if (shared && shared.ends.length === this.ends.length && shared.json.equals(json)) {
       this.blocks.push(shared)
     } else {
-      // Its own memory, not a slice of a shared pool: it may outlive every other block of this list.
-      const own = Buffer.allocUnsafeSlow(json.length)
+      // A copy of its own size (small ones cut from Node.js's shared pool): the scratch is reused.
+      const own = Buffer.allocUnsafe(json.length)
       json.copy(own)
-      this.blocks.push({ json: own, ends: Uint32Array.from(this.ends), key, digest: hash('sha1', own, 'base64url') })
+      this.blocks.push({ json: own, ends: endsOf(this.ends), key, digest: hash('sha1', own, 'base64url') })
     }
     this.starts.push(this.count - this.ends.length)
     this.used = 0
@@ -203,7 +239,7 @@ export class MemberListBuilder {
 }
 
 /** Two 32-bit FNV-1a-style hashes of the UTF-16 code units, as one 53-bit integer. */
-function hashId (id: string): number {
+export function hashId (id: string): number {
   let a = 0x811c9dc5
   let b = 0x01000193
   for (let i = 0; i < id.length; i++) {

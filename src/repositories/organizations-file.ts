@@ -1,9 +1,10 @@
 import { isUtf8 } from 'node:buffer'
 import type { FileHandle } from 'node:fs/promises'
 import { MAX_DEPTH, UTF8_BOM, openRegularFile, readJsonFile } from './json-file.js'
-import { MemberListBuilder, type MemberList } from './member-list.js'
+import { MemberListBuilder, type Block } from './member-list.js'
 import type { Member } from '../schemas/member.js'
-import { DataError, compactMembers, finishMembers, memberProblem, validateRecords, type Organization } from './records.js'
+import { DataError, compactMembers, finishMembers, memberProblem, recordProblem, validateRecords, type Organization } from './records.js'
+import { createSlicer } from './slices.js'
 
 /** Read this much of the file at a time (more when one member is larger). */
 const WINDOW_BYTES = 1024 * 1024
@@ -34,13 +35,12 @@ interface MembersArray {
  * time, each organization's `members` array is parsed and validated a batch of members at a time
  * and compacted into a MemberList as it goes, and the rest of the file (the organizations without
  * their members: a few bytes each) is parsed once at the end. Blocks of members equal to blocks of
- * `previous` are shared with it, so a reload that changed a few members allocates a few blocks.
+ * `shared` (blockIndex) are shared with them, so a reload that changed a few members allocates a few blocks.
  *
  * The scan only cuts the file where JSON.parse will judge it; any problem it meets (bad syntax, bad
  * UTF-8, nesting too deep) is handed to readJsonFile, which reads the file whole and locates it.
  */
-export async function readOrganizationsFile (path: string, label: string, previous?: readonly Organization[]): Promise<Organization[]> {
-  const shared = previous?.map((organization) => organization.members)
+export async function readOrganizationsFile (path: string, label: string, shared?: ReadonlyMap<number, Block>): Promise<Organization[]> {
   const handle = await openRegularFile(path, label)
   let result: { skeleton: unknown, arrays: Map<number, MembersArray> }
   try {
@@ -55,13 +55,24 @@ export async function readOrganizationsFile (path: string, label: string, previo
   } finally {
     await handle.close()
   }
-  const records = validateRecords('organizations', result.skeleton, label)
-  for (const { problem } of result.arrays.values()) if (problem) throw new DataError(`${label}: ${problem}`)
-  return records.map((record, index) => {
-    const array = result.arrays.get(index)
+  const { skeleton, arrays } = result
+  if (!Array.isArray(skeleton)) validateRecords('organizations', skeleton, label)
+  const records = skeleton as unknown[]
+  const organizations: Organization[] = []
+  // A hundred thousand organizations are checked and finished a slice at a time.
+  const slicer = createSlicer()
+  for (let index = 0; index < records.length; index++) {
+    const record = records[index]
+    const problem = recordProblem('organizations', record, index)
+    if (problem !== undefined) throw new DataError(`${label}: ${problem}`)
+    const array = arrays.get(index)
+    if (array?.problem) throw new DataError(`${label}: ${array.problem}`)
+    const { id, name, members } = record as { id: string, name: string, members: Member[] }
     const at = `[${index}].members`
-    return { ...record, members: array ? finishMembers(array.builder, label, at) : compactMembers(record.members, label, at, shared) }
-  })
+    organizations.push({ id, name, members: array ? finishMembers(array.builder, label, at) : compactMembers(members, label, at, shared) })
+    if (slicer.due()) await slicer.pause()
+  }
+  return organizations
 }
 
 /**
@@ -120,7 +131,7 @@ class MemberBatch {
  * organization's keys, inside a `members` array. The bytes outside `members` arrays (their brackets
  * included) are kept as the skeleton; the members are cut one by one and parsed in batches.
  */
-async function scan (handle: FileHandle, shared: MemberList[] | undefined) {
+async function scan (handle: FileHandle, shared: ReadonlyMap<number, Block> | undefined) {
   let window = Buffer.allocUnsafe(WINDOW_BYTES)
   let filled = 0
   let pos = 0

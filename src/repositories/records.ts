@@ -1,51 +1,59 @@
-import { Type, type Static } from '@sinclair/typebox'
+import { Type, type Static, type TSchema } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { describeValueError, quoteValue } from '../schemas/describe-error.js'
 import { ProviderSchema } from '../schemas/provider.js'
 import { EndpointSchema } from '../schemas/endpoint.js'
 import { OrganizationSchema, ApiKeySchema } from '../schemas/fixtures.js'
 import { MemberSchema, type Member } from '../schemas/member.js'
-import { MemberList, MemberListBuilder } from './member-list.js'
+import { MemberListBuilder, type Block, type MemberList } from './member-list.js'
+import { DataError } from './data-error.js'
+
+export { DataError }
 
 /**
- * The records of the directory, whatever their source (files, PostgreSQL): one schema per kind,
- * and the rules that span records. Both sources validate with these, so they accept exactly the
- * same data.
+ * The kinds of record the directory holds, and everything that differs between them: the schema of
+ * one record, its file, its table, the field that names a record in notices and messages, and the
+ * fields that must be unique. The sources, the snapshot, the counts, `npm run check` and `npm run db`
+ * all walk this registry: a new kind is one entry here and its schema (plus its route and, for
+ * PostgreSQL, its table).
  */
-const recordSchemas = {
-  providers: Type.Array(ProviderSchema),
-  endpoints: Type.Array(EndpointSchema),
-  organizations: Type.Array(OrganizationSchema),
-  keys: Type.Array(ApiKeySchema)
-}
+export const KINDS = {
+  providers: { schema: ProviderSchema, file: 'providers.json', table: 'providers', key: 'slug', unique: ['slug'] },
+  endpoints: { schema: EndpointSchema, file: 'zdr-endpoints.json', table: 'endpoints', key: undefined, unique: [] },
+  organizations: { schema: OrganizationSchema, file: 'organizations.json', table: 'organizations', key: 'id', unique: ['id'] },
+  keys: { schema: ApiKeySchema, file: 'keys.json', table: 'keys', key: 'name', unique: ['name', 'sha256'] }
+} as const satisfies Record<string, { schema: TSchema, file: string, table: string, key: string | undefined, unique: readonly string[] }>
 
-export type RecordKind = keyof typeof recordSchemas
+export type RecordKind = keyof typeof KINDS
 
-export const RECORD_KINDS = Object.keys(recordSchemas) as RecordKind[]
+export const RECORD_KINDS = Object.keys(KINDS) as RecordKind[]
 
-/** The records of one kind as a file or a table holds them: organizations with arrays of members. */
-export type Records<K extends RecordKind> = Static<(typeof recordSchemas)[K]>
+/** One record of a kind as a file or a table holds it: organizations with arrays of members. */
+export type RecordOf<K extends RecordKind> = Static<(typeof KINDS)[K]['schema']>
+
+/** The records of one kind as a file or a table holds them. */
+export type Records<K extends RecordKind> = Array<RecordOf<K>>
 
 /** An organization as the snapshot holds it: its members serialized (member-list.ts). */
-export interface Organization extends Omit<Records<'organizations'>[number], 'members'> {
+export interface Organization extends Omit<RecordOf<'organizations'>, 'members'> {
   readonly members: MemberList
 }
 
-/** One complete, validated set of records. Never mutated: a change makes a new one. */
-export type DirectoryData = { readonly [kind in Exclude<RecordKind, 'organizations'>]: Records<kind> } & {
-  readonly organizations: readonly Organization[]
-}
+/** What the snapshot holds of each kind. */
+export type Held<K extends RecordKind> = K extends 'organizations' ? Organization : RecordOf<K>
 
-/** Data that breaks a rule; its message is one line naming where (file or table), record and field. */
-export class DataError extends Error {
-  override name = 'DataError'
-}
+/** One complete set of records, as a source reads it whole (`npm run db -- export`, `npm run check`). */
+export type DirectoryData = { readonly [K in RecordKind]: ReadonlyArray<Held<K>> }
 
-// Compiled once: checking a million members takes a fraction of a second this way,
-// and the slower error walk only runs when the data is invalid.
+// Compiled once: checking a million records takes a fraction of a second this way, and the slower
+// error walk only runs when the data is invalid.
 const checkers = Object.fromEntries(
-  Object.entries(recordSchemas).map(([kind, schema]) => [kind, TypeCompiler.Compile(schema)])
-) as { [kind in RecordKind]: ReturnType<typeof TypeCompiler.Compile<(typeof recordSchemas)[kind]>> }
+  RECORD_KINDS.map((kind) => [kind, TypeCompiler.Compile(Type.Array(KINDS[kind].schema))])
+) as unknown as { [K in RecordKind]: ReturnType<typeof TypeCompiler.Compile<TSchema>> }
+
+const recordCheckers = Object.fromEntries(
+  RECORD_KINDS.map((kind) => [kind, TypeCompiler.Compile(KINDS[kind].schema)])
+) as unknown as { [K in RecordKind]: ReturnType<typeof TypeCompiler.Compile<TSchema>> }
 
 /** The records of one kind, or a DataError `where: [index].field: problem`. */
 export function validateRecords<K extends RecordKind> (kind: K, value: unknown, where: string): Records<K> {
@@ -57,6 +65,19 @@ export function validateRecords<K extends RecordKind> (kind: K, value: unknown, 
   return value as Records<K>
 }
 
+/** What is wrong with record `index` of a kind (`[5].field: problem`); undefined when it is valid. */
+export function recordProblem (kind: RecordKind, value: unknown, index: number): string | undefined {
+  const checker = recordCheckers[kind]
+  if (checker.Check(value)) return undefined
+  return locate(`[${index}]`, checker.Errors(value).First())
+}
+
+function locate (at: string, error: Parameters<typeof describeValueError>[0] | undefined): string {
+  const problem = error ? describeValueError(error) : '(top level): invalid'
+  if (problem.startsWith('(top level)')) return at + problem.slice('(top level)'.length)
+  return `${at}${problem.startsWith('[') ? '' : '.'}${problem}`
+}
+
 const memberChecker = TypeCompiler.Compile(MemberSchema)
 
 /**
@@ -65,18 +86,14 @@ const memberChecker = TypeCompiler.Compile(MemberSchema)
  */
 export function memberProblem (value: unknown, organization: number, index: number): string | undefined {
   if (memberChecker.Check(value)) return undefined
-  const at = `[${organization}].members[${index}]`
-  const first = memberChecker.Errors(value).First()
-  const problem = first ? describeValueError(first) : '(top level): invalid'
-  if (problem.startsWith('(top level)')) return at + problem.slice('(top level)'.length)
-  return `${at}${problem.startsWith('[') ? '' : '.'}${problem}`
+  return locate(`[${organization}].members[${index}]`, memberChecker.Errors(value).First())
 }
 
 /**
  * The members of an organization whose records are valid, compacted, or a DataError naming the
  * first member whose id repeats. `at` says where the members are in `where`.
  */
-export function compactMembers (members: Iterable<Member>, where: string, at: string, previous?: Iterable<MemberList>): MemberList {
+export function compactMembers (members: Iterable<Member>, where: string, at: string, previous?: ReadonlyMap<number, Block>): MemberList {
   const builder = new MemberListBuilder(previous)
   for (const member of members) builder.add(member)
   return finishMembers(builder, where, at)
@@ -92,29 +109,30 @@ export function finishMembers (builder: MemberListBuilder, where: string, at: st
 }
 
 /**
- * The rules between records, once each kind is valid: what must be unique. `where` names the
- * origin of each kind (a file, a table) in the message.
+ * The rule between the records of one kind: the fields the registry says are unique are. `where`
+ * names the origin (a file, a table) in the message.
  */
-export function validateDirectory (data: DirectoryData, where: { [kind in RecordKind]: string }): DirectoryData {
-  assertUnique(where.providers, data.providers.map((provider) => provider.slug), 'slug')
-  assertUnique(where.organizations, data.organizations.map((organization) => organization.id), 'id')
-  assertUnique(where.keys, data.keys.map((key) => key.sha256), 'sha256')
-  // Operators revoke a key by its name: a name must say which record.
-  assertUnique(where.keys, data.keys.map((key) => key.name), 'name')
-  // (Member ids are checked as their lists are built: compactMembers.)
-  return data
+export function assertUnique<K extends RecordKind> (kind: K, records: ReadonlyArray<Held<K>>, where: string) {
+  for (const field of KINDS[kind].unique) {
+    const values = records.map((record) => (record as Record<string, unknown>)[field] as string)
+    // A Set answers the common case (all unique) in one pass; the duplicate is located only when there is one.
+    if (new Set(values).size === values.length) continue
+    const seen = new Map<string, number>()
+    values.forEach((value, index) => {
+      const previous = seen.get(value)
+      if (previous !== undefined) {
+        // Bounded, and never a key hash: say where the duplicate is.
+        throw new DataError(`${where}: [${index}].${field}: ${quoteValue(value, field)} duplicates [${previous}].${field}`)
+      }
+      seen.set(value, index)
+    })
+  }
 }
 
-function assertUnique (where: string, values: string[], field: string) {
-  // A Set answers the common case (all unique) in one pass; the duplicate is located only when there is one.
-  if (new Set(values).size === values.length) return
-  const seen = new Map<string, number>()
-  values.forEach((value, index) => {
-    const previous = seen.get(value)
-    if (previous !== undefined) {
-      // Bounded, and never a key hash: say where the duplicate is.
-      throw new DataError(`${where}: [${index}].${field}: ${quoteValue(value, field)} duplicates [${previous}].${field}`)
-    }
-    seen.set(value, index)
-  })
+/** Records of each kind; `members` counts all organizations' members. */
+export function countRecords (data: DirectoryData): { [kind in RecordKind | 'members']: number } {
+  return {
+    ...Object.fromEntries(RECORD_KINDS.map((kind) => [kind, data[kind].length])) as { [kind in RecordKind]: number },
+    members: data.organizations.reduce((sum, organization) => sum + organization.members.length, 0)
+  }
 }

@@ -1,27 +1,41 @@
-import type { DirectoryData } from './records.js'
+import { RECORD_KINDS, type DirectoryData, type RecordKind } from './records.js'
+import type { PartChange, Snapshot } from './snapshot.js'
 
-/** Where a source's changes go: the directory installs them, or keeps serving what it has. */
-export interface SourceListener {
-  /** A new complete, validated snapshot; the parts that did not change are the same objects as before. */
-  install(data: DirectoryData, change: string): void
-  /** A change refused (bad data) or a failure to follow changes (a lost connection); the current data keeps serving. */
-  reject(error: Error, change: string): void
+/** What a source tells the lifecycle while it follows changes. */
+export interface SourceEvents {
+  /** Records of a kind changed: those named by `keys` (their key field), or any when absent. */
+  changed(kind: RecordKind, keys?: readonly string[]): void
+  /** Whether changes can be followed now (the connection is up, the folder exists); why not when not. */
+  following(up: boolean, problem?: Error): void
 }
 
 /**
- * Where the records come from: the data files or PostgreSQL. A source produces complete, validated
- * snapshots; it never hands over a half-applied change.
+ * Where the records come from: the data files or PostgreSQL. A source only reads (a kind whole, or
+ * the records a notice named) and tells of changes; the lifecycle (lifecycle.ts) decides when to
+ * read, installs what was read, and keeps the last good records of a kind whose change it refuses.
  */
-export interface DirectorySource {
+export interface Source {
   /** `files` or `postgres`, for the logs and the metrics. */
   readonly name: string
   /** Where the data is (a folder, a database without its password), for the logs. */
   readonly location: string
-  /** Reads and validates everything; throws with one line naming where, record and field. */
-  load(): Promise<DirectoryData>
-  /** Follows changes until close(), handing each to the listener. Call once, after load(). */
-  watch(listener: SourceListener): void
-  /** Reads everything again now (SIGHUP); the outcome goes to the listener. */
-  reload(): void
+  /**
+   * One kind, validated: every record (`all`), or the records of these keys. Throws a DataError
+   * naming where (file or table), record and field when a record is bad; any other error is a
+   * failure to read, tried again later. `current` is the snapshot served, whose unchanged member
+   * blocks a new read shares.
+   */
+  read<K extends RecordKind>(kind: K, keys: readonly string[] | 'all', current: Snapshot | undefined): Promise<PartChange<K>>
+  /** Follows changes until close(). Call once, after the first reads. */
+  watch(events: SourceEvents): void
   close(): Promise<void>
+}
+
+/** Every kind read whole, once: `npm run check`, `npm run db -- import` and `export`. */
+export async function readAll (source: Source): Promise<DirectoryData> {
+  const entries = await Promise.all(RECORD_KINDS.map(async (kind) => {
+    const change = await source.read(kind, 'all', undefined)
+    return [kind, 'all' in change ? change.all : []] as const
+  }))
+  return Object.fromEntries(entries) as unknown as DirectoryData
 }

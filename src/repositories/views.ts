@@ -1,8 +1,6 @@
 import { createHash } from 'node:crypto'
 import { brotliCompress, brotliCompressSync, constants as zlib, gzip, gzipSync } from 'node:zlib'
-import type { ApiKey } from '../schemas/fixtures.js'
 import type { MemberList } from './member-list.js'
-import type { DirectoryData } from './records.js'
 
 /** The content codings a list is kept in, each body compressed once. */
 export type ListCoding = 'identity' | 'gzip' | 'br'
@@ -21,22 +19,7 @@ export interface SerializedList {
   representations: Record<ListCoding, Representation>
 }
 
-/**
- * What the hot path reads, derived from one snapshot of records when it is installed: the bodies
- * serialized, their tags, the key map and the member offsets. A request does no serialization and
- * no query, and one view answers a request from its authentication to its last byte.
- */
-export interface Snapshot {
-  /** `{"data": Provider[]}` as JSON. */
-  providers(): SerializedList
-  /** `{"data": Endpoint[]}` as JSON. */
-  zdrEndpoints(): SerializedList
-  /** The key whose SHA-256 (lowercase hex) is given. */
-  findKey(sha256: string): ApiKey | undefined
-  /** A page of the organization's members, or undefined when the organization does not exist. */
-  memberPage(organizationId: string, offset: number, limit: number): MemberPage | undefined
-}
-
+/** A page of an organization's members. */
 export interface MemberPage {
   /** `{"data": Member[], "total_count": n}` as JSON. */
   json: Buffer
@@ -47,38 +30,17 @@ export interface MemberPage {
   version: string
 }
 
-// Derived parts, remembered by the identity of the records they come from. A source that changes
-// one part of the data hands over the other parts as the very same arrays and objects, so a new
-// key derives the key map again, not a million members; a part nobody holds any more is collected.
-const lists = new WeakMap<readonly unknown[], SerializedList>()
-const keyMaps = new WeakMap<readonly ApiKey[], Map<string, ApiKey>>()
+// Derived once per list of members, and collected with it.
 const memberPages = new WeakMap<MemberList, MemberPages>()
 
-function remember<K extends object, V> (cache: WeakMap<K, V>, key: K, derive: (key: K) => V): V {
-  let value = cache.get(key)
-  if (value === undefined) {
-    value = derive(key)
-    cache.set(key, value)
+/** The pages of a list of members. */
+export function memberPagesOf (members: MemberList): MemberPages {
+  let pages = memberPages.get(members)
+  if (pages === undefined) {
+    pages = pagesOf(members)
+    memberPages.set(members, pages)
   }
-  return value
-}
-
-export function deriveView (data: DirectoryData): Snapshot {
-  const providers = remember(lists, data.providers, serializeList)
-  const zdrEndpoints = remember(lists, data.endpoints, serializeList)
-  const keysByHash = remember(keyMaps, data.keys, (keys) => new Map(keys.map((key) => [key.sha256, key])))
-  const membersByOrganization = new Map(
-    data.organizations.map((organization) => [organization.id, remember(memberPages, organization.members, pagesOf)])
-  )
-
-  return {
-    providers: () => providers,
-    zdrEndpoints: () => zdrEndpoints,
-    findKey: (sha256) => keysByHash.get(sha256),
-    memberPage (organizationId, offset, limit) {
-      return membersByOrganization.get(organizationId)?.page(offset, limit)
-    }
-  }
+  return pages
 }
 
 interface MemberPages {
@@ -138,7 +100,7 @@ const brotliOptions = (json: Buffer) => ({
  * delayed the first answer by some 15 ms. A request that needs a coding before it is ready
  * compresses it then (the same bytes: same library, same settings).
  */
-function serializeList (records: readonly unknown[]): SerializedList {
+export function serializeList (records: readonly unknown[]): SerializedList {
   const json = Buffer.from(JSON.stringify({ data: records }))
   const identity = representation(json)
   const compressed: Partial<Record<'gzip' | 'br', Representation>> = {}

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { KEYS, bearer, build, captureLogs, failingDirectory, makeData } from '../helper.js'
+import { KEYS, bearer, build, captureLogs, failingSnapshots, makeData } from '../helper.js'
 import { portOf, rawRequest } from '../raw-http.js'
 
 const accessLines = (lines: Array<Record<string, unknown>>) => lines.filter((line) => line.msg === 'request completed')
@@ -42,7 +42,7 @@ describe('the error shape', () => {
   it('answers 500 with a generic message when the data layer fails, and logs the cause with the request id', async () => {
     const failure = new Error('disk on fire at /var/secret/path')
     const logs = captureLogs()
-    const app = build({ snapshots: failingDirectory(makeData(), failure, ['providers', 'memberPage']), log: logs.log })
+    const app = build({ snapshots: failingSnapshots(makeData(), failure, ['providers', 'memberPage']), log: logs.log })
     for (const url of ['/v1/providers', '/v1/organization/members']) {
       const res = await app.inject({ url, headers: bearer(KEYS.alphaManagement) })
       expect(res.statusCode).toBe(500)

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { KEYS, bearer, build, captureLogs, failingDirectory } from '../helper.js'
+import { KEYS, bearer, build, captureLogs, failingSnapshots } from '../helper.js'
 
 // 72 random bits per process (12 base64url characters), then a base-36 counter.
 const GENERATED = /^[A-Za-z0-9_-]{12}-[0-9a-z]+$/
@@ -22,7 +22,7 @@ describe('the request id', () => {
   })
 
   it('is on a 405 and on a 500', async () => {
-    const app = build({ snapshots: failingDirectory() })
+    const app = build({ snapshots: failingSnapshots() })
     const failed = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaManagement) })
     expect(failed.statusCode).toBe(500)
     expect(failed.headers['x-request-id']).toMatch(GENERATED)

@@ -1,11 +1,10 @@
 import { describe, expect, it } from 'vitest'
-import { createDirectory } from '../../src/repositories/directory.js'
-import { KEYS, bearer, build, makeData, makeMembers } from '../helper.js'
+import { KEYS, bearer, build, makeData, makeMembers, snapshotsOf } from '../helper.js'
 
 describe('one snapshot per request', () => {
 
   it('answers a request from the data it was authenticated with, even when a change is installed meanwhile', async () => {
-    const directory = createDirectory('test', makeData())
+    const directory = snapshotsOf(makeData())
     const app = build({ snapshots: directory })
     // The next snapshot revokes the key and shrinks its organization.
     const next = makeData({
@@ -14,7 +13,7 @@ describe('one snapshot per request', () => {
     })
     let installed = false
     app.addHook('preHandler', async () => {
-      if (!installed) directory.install(next)
+      if (!installed) await directory.install(next)
       installed = true
     })
 

@@ -4,7 +4,8 @@ import { join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { readJsonFile } from '../../src/repositories/json-file.js'
 import { readOrganizationsFile } from '../../src/repositories/organizations-file.js'
-import { createDirectory } from '../../src/repositories/directory.js'
+import { createSnapshot } from '../../src/repositories/snapshot.js'
+import { blockIndex } from '../../src/repositories/member-list.js'
 import { makeData } from '../helper.js'
 
 let dir: string
@@ -20,8 +21,8 @@ async function write (content: string | Buffer) {
 /** What a member page of the organization at `index` holds, as the server sends it. */
 async function page (path: string, index: number, offset: number, limit: number) {
   const organizations = await readOrganizationsFile(path, 'organizations.json')
-  const directory = createDirectory('test', makeData({ organizations }))
-  return directory.current().memberPage(organizations[index]!.id, offset, limit)!.json.toString()
+  const snapshot = await createSnapshot(makeData({ organizations }))
+  return snapshot.memberPage(organizations[index]!.id, offset, limit)!.json.toString()
 }
 
 /** Members with long names: 3,000 of them make 1.5 MB, more than one read, batch and block. */
@@ -98,7 +99,7 @@ describe('reading organizations.json', () => {
     const before = await readOrganizationsFile(path, 'organizations.json')
     members[1500] = { ...members[1500]!, email: 'changed@big.example' }
     await write(JSON.stringify([{ id: 'org_big', name: 'Big', members }]))
-    const after = await readOrganizationsFile(path, 'organizations.json', before)
+    const after = await readOrganizationsFile(path, 'organizations.json', blockIndex(before.map((organization) => organization.members)))
     expect(after[0]!.members.slice()).toEqual(members)
     expect(before[0]!.members.slice(1500, 1501)[0]!.email).toBe('person1500@big.example')
   })

@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { createDirectory } from '../../src/repositories/directory.js'
-import { KEYS, bearer, build, captureLogs, makeData, makeProvider, sha256 } from '../helper.js'
+import { KEYS, bearer, build, captureLogs, makeData, makeProvider, sha256, snapshotsOf } from '../helper.js'
 
 /** The value of one series in the Prometheus text, or undefined. */
 function valueOf (text: string, series: string): number | undefined {
@@ -52,24 +51,30 @@ describe('GET /metrics', () => {
     }
   })
 
-  it('describes the data served: source, when installed, records of each kind, reloads that succeeded and failed', async () => {
-    const directory = createDirectory('files', makeData())
+  it('describes the data served: source, version, fingerprint, when installed, records of each kind, changes that succeeded and failed', async () => {
+    const directory = snapshotsOf(makeData(), 'files')
     const app = build({ snapshots: directory })
     const before = (await app.inject({ url: '/metrics' })).body
-    expect(valueOf(before, 'directory_snapshot_info{source="files"}')).toBe(1)
+    const fingerprint = directory.info().fingerprint
+    expect(fingerprint).toMatch(/^[0-9a-f]{16}$/)
+    expect(valueOf(before, `directory_snapshot_info{source="files",fingerprint="${fingerprint}"}`)).toBe(1)
+    expect(valueOf(before, 'directory_snapshot_version')).toBe(1)
+    expect(valueOf(before, 'directory_source_up')).toBe(1)
     expect(valueOf(before, 'directory_records{kind="providers"}')).toBe(3)
     expect(valueOf(before, 'directory_records{kind="members"}')).toBe(253)
     expect(valueOf(before, 'directory_records{kind="keys"}')).toBe(4)
-    expect(valueOf(before, 'directory_reloads_total{outcome="succeeded"}')).toBe(0)
+    expect(valueOf(before, 'directory_reloads_total{kind="providers",outcome="succeeded"}')).toBe(0)
     const loadedAt = valueOf(before, 'directory_snapshot_loaded_timestamp_seconds')!
     expect(loadedAt * 1000).toBe(directory.info().loadedAt)
 
-    directory.install(makeData({ providers: [makeProvider(9)] }))
-    directory.refused()
+    await directory.install(makeData({ providers: [makeProvider(9)] }))
+    directory.refused('keys')
     const after = (await app.inject({ url: '/metrics' })).body
     expect(valueOf(after, 'directory_records{kind="providers"}')).toBe(1)
-    expect(valueOf(after, 'directory_reloads_total{outcome="succeeded"}')).toBe(1)
-    expect(valueOf(after, 'directory_reloads_total{outcome="failed"}')).toBe(1)
+    expect(valueOf(after, 'directory_snapshot_version')).toBe(2)
+    expect(valueOf(after, `directory_snapshot_info{source="files",fingerprint="${fingerprint}"}`)).toBeUndefined()
+    expect(valueOf(after, 'directory_reloads_total{kind="providers",outcome="succeeded"}')).toBe(1)
+    expect(valueOf(after, 'directory_reloads_total{kind="keys",outcome="failed"}')).toBe(1)
     expect(valueOf(after, 'directory_snapshot_loaded_timestamp_seconds')! * 1000).toBe(directory.info().loadedAt)
   })
 

@@ -1,166 +1,182 @@
 import { watch, type FSWatcher } from 'node:fs'
 import { stat } from 'node:fs/promises'
 import { join } from 'node:path'
-import { RECORD_KINDS, validateDirectory, validateRecords, type DirectoryData, type RecordKind } from '../records.js'
-import { readJsonFile } from '../json-file.js'
+import { DataError, KINDS, RECORD_KINDS, assertUnique, recordProblem, type DirectoryData, type Held, type RecordKind, type Records } from '../records.js'
+import { readJsonArray } from '../json-file.js'
 import { readOrganizationsFile } from '../organizations-file.js'
-import type { DirectorySource, SourceListener } from '../source.js'
+import { blockIndex } from '../member-list.js'
+import { createSlicer } from '../slices.js'
+import type { PartChange, Snapshot } from '../snapshot.js'
+import { readAll, type Source, type SourceEvents } from '../source.js'
 
-export const FIXTURE_FILES = {
-  providers: 'providers.json',
-  endpoints: 'zdr-endpoints.json',
-  organizations: 'organizations.json',
-  keys: 'keys.json'
-} as const satisfies { [kind in RecordKind]: string }
+/** The data file of each kind, by kind. */
+export const FIXTURE_FILES = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, KINDS[kind].file])) as { [K in RecordKind]: (typeof KINDS)[K]['file'] }
 
 /**
- * Changes are applied this long after the first event of a burst: an editor's or Kubernetes'
- * several writes become one reload, and a steady stream of changes is still applied as it comes
- * (a reload every 100 ms at most), never postponed until the stream stops.
+ * Changes are read this long after the first event of a burst: an editor's or Kubernetes' several
+ * writes become one read, and a steady stream of changes is still read as it comes.
  */
 const SETTLE_MS = 100
 
-/** After a read that raced a change, the next read comes this much later. */
-const RACE_RETRY_MS = 10
+/** How often the folder itself is looked at: deleted, recreated, renamed or replaced. */
+const FOLDER_CHECK_MS = 1000
 
-/** Reads at start before the files are taken as they are, however much they change meanwhile. */
-const LOAD_ATTEMPTS = 5
+/** Reads of a file that keeps changing while it is read, before it is taken as read. */
+const READ_ATTEMPTS = 5
 
-/** Reads and validates the four data files once; throws a DataError naming file, record and field. */
+/** A file's identity, size and times: another signature means another content, or may. Empty when it cannot be read. */
+async function signatureOf (path: string) {
+  const stats = await stat(path, { bigint: true }).catch(() => undefined)
+  return stats ? `${stats.dev}:${stats.ino}:${stats.size}:${stats.mtimeNs}:${stats.ctimeNs}` : ''
+}
+
+/**
+ * One data file, validated: its records as the snapshot holds them. Any problem (a missing file, bad
+ * JSON, a bad record) is a DataError naming the file, record and field. organizations.json shares
+ * the member blocks of `current`'s organizations that did not change.
+ */
+async function readFile<K extends RecordKind> (dir: string, kind: K, current: Snapshot | undefined): Promise<ReadonlyArray<Held<K>>> {
+  const file = KINDS[kind].file
+  const path = join(dir, file)
+  let records: Array<Held<K>>
+  try {
+    if (kind === 'organizations') {
+      const shared = current ? blockIndex(mapValues(current.parts.organizations.byKey.values(), (organization) => organization.members)) : undefined
+      records = await readOrganizationsFile(path, file, shared) as Array<Held<K>>
+    } else {
+      records = []
+      const slicer = createSlicer()
+      const whole = await readJsonArray(path, file, async (values, first) => {
+        for (let k = 0; k < values.length; k++) {
+          const problem = recordProblem(kind, values[k], first + k)
+          if (problem !== undefined) throw new DataError(`${file}: ${problem}`)
+          records.push(values[k] as Held<K>)
+          if (slicer.due()) await slicer.pause()
+        }
+      })
+      if (whole !== undefined) records = validateWhole(kind, whole, file)
+    }
+  } catch (error) {
+    if (error instanceof DataError) throw error
+    // The file is missing, not a file, too large, not JSON: the data is wrong, not the reading.
+    throw new DataError((error as Error).message)
+  }
+  assertUnique(kind, records, file)
+  return records
+}
+
+function validateWhole<K extends RecordKind> (kind: K, value: unknown, file: string): Array<Held<K>> {
+  if (!Array.isArray(value)) throw new DataError(`${file}: (top level): must be an array`)
+  value.forEach((record, index) => {
+    const problem = recordProblem(kind, record, index)
+    if (problem !== undefined) throw new DataError(`${file}: ${problem}`)
+  })
+  return value as Records<K> as Array<Held<K>>
+}
+
+function * mapValues<T, U> (values: Iterable<T>, map: (value: T) => U): Iterable<U> {
+  for (const value of values) yield map(value)
+}
+
+/** Reads and validates the data files of a folder once; throws a DataError naming file, record and field. */
 export async function loadFixtures (dir: string): Promise<DirectoryData> {
-  const entries = await Promise.all(RECORD_KINDS.map(async (kind) => [kind, await readFixture(dir, kind)] as const))
-  return validateDirectory(Object.fromEntries(entries) as DirectoryData, FIXTURE_FILES)
+  return await readAll(createFileSource(dir))
 }
 
 /**
- * One data file, validated. organizations.json, which may hold a million members, is read in slices
- * into its compact form; `previous` is the data it replaces, whose unchanged members it shares.
- */
-async function readFixture<K extends RecordKind> (dir: string, kind: K, previous?: DirectoryData): Promise<DirectoryData[K]> {
-  const file = FIXTURE_FILES[kind]
-  if (kind === 'organizations') return await readOrganizationsFile(join(dir, file), file, previous?.organizations) as unknown as DirectoryData[K]
-  return validateRecords(kind, await readJsonFile(join(dir, file), file), file) as unknown as DirectoryData[K]
-}
-
-/**
- * The data files of a folder, reloaded when any of them changes. The folder is watched, not the
+ * The data files of a folder, each read again when it changes, alone. The folder is watched, not the
  * files: an editor or `mv` replaces a file by rename, and Kubernetes updates a mounted ConfigMap or
- * Secret by swapping its `..data` symlink, and both leave a watch on the old file's inode blind.
- * A file whose identity, size and times are unchanged is not read again, so an event about one
- * file re-reads that file alone (and re-derives only what it holds).
+ * Secret by swapping its `..data` symlink, and both leave a watch on the old file's inode blind. The
+ * folder itself is looked at every second: while it is missing the last data keeps serving, and a
+ * folder created, renamed or moved into its place is followed as soon as it is there.
  */
-export function createFileSource (dir: string): DirectorySource {
-  let current: DirectoryData | undefined
-  let signatures = new Map<RecordKind, string>()
+export function createFileSource (dir: string): Source {
   let watcher: FSWatcher | undefined
-  let listener: SourceListener | undefined
-  let timer: NodeJS.Timeout | undefined
-  let reloading = false
-  let again: 'no' | 'changed' | 'forced' = 'no'
+  /** The folder's identity when the watch was set on it. */
+  let watched = ''
+  let events: SourceEvents | undefined
+  let settle: NodeJS.Timeout | undefined
+  let folderCheck: NodeJS.Timeout | undefined
+  const seen = new Map<RecordKind, string>()
   let closed = false
 
-  // Empty when the file cannot be read: it is read again, and the read says why it fails.
-  async function signatureOf (kind: RecordKind) {
-    const stats = await stat(join(dir, FIXTURE_FILES[kind]), { bigint: true }).catch(() => undefined)
-    return stats ? `${stats.dev}:${stats.ino}:${stats.size}:${stats.mtimeNs}:${stats.ctimeNs}` : ''
-  }
-
-  async function allSignatures () {
-    return new Map(await Promise.all(RECORD_KINDS.map(async (kind) => [kind, await signatureOf(kind)] as const)))
-  }
-
-  const sameSignatures = (a: Map<RecordKind, string>, b: Map<RecordKind, string>) => RECORD_KINDS.every((kind) => a.get(kind) === b.get(kind))
-
-  /**
-   * Reads the files that changed; a snapshot only when all four are valid together. 'raced' when a
-   * file changed while the files were read: the four read may then come from two versions of the
-   * data (Kubernetes swaps all four at once, between two of our reads), so they are read again
-   * instead. Unchanged signatures before and after the reads mean each file read is the one signed.
-   */
-  async function read (force: boolean): Promise<DirectoryData | undefined | 'raced'> {
-    const before = await allSignatures()
-    if (!force && current && sameSignatures(before, signatures)) return undefined
-    let parts
-    try {
-      parts = await Promise.all(RECORD_KINDS.map(async (kind) => {
-        const signature = before.get(kind)
-        if (!force && current && signature !== '' && signature === signatures.get(kind)) return [kind, current[kind]] as const
-        return [kind, await readFixture(dir, kind, current)] as const
-      }))
-    } catch (error) {
-      // A file read in the middle of its writing: its end brings an event, and a read of the whole.
-      if (!sameSignatures(before, await allSignatures())) return 'raced'
-      throw error
-    }
-    if (!sameSignatures(before, await allSignatures())) return 'raced'
-    const data = validateDirectory(Object.fromEntries(parts) as DirectoryData, FIXTURE_FILES)
-    signatures = before
-    return data
-  }
-
-  async function reloadNow (force: boolean) {
-    if (closed) return
-    if (reloading) {
-      again = force || again === 'forced' ? 'forced' : 'changed'
-      return
-    }
-    reloading = true
-    let raced = false
-    const change = force ? 'reload requested' : 'files changed'
-    try {
-      const data = await read(force)
-      if (data === 'raced') raced = true
-      else if (data && !closed) {
-        current = data
-        listener?.install(data, change)
+  /** Tells of the files whose signature changed since last seen. */
+  async function lookAtFiles () {
+    for (const kind of RECORD_KINDS) {
+      const signature = await signatureOf(join(dir, KINDS[kind].file))
+      if (closed) return
+      if (signature !== seen.get(kind)) {
+        seen.set(kind, signature)
+        events?.changed(kind)
       }
-    } catch (error) {
-      if (!closed) listener?.reject(error as Error, change)
-    } finally {
-      reloading = false
-      const next = raced && force ? 'forced' : again
-      again = 'no'
-      if (next === 'forced') void reloadNow(true)
-      // Read again soon after a race: the change that caused it is most likely complete by then.
-      else if (raced) schedule(RACE_RETRY_MS)
-      else if (next === 'changed') schedule()
     }
   }
 
-  function schedule (delay = SETTLE_MS) {
-    if (timer !== undefined || closed) return
-    timer = setTimeout(() => {
-      timer = undefined
-      void reloadNow(false)
-    }, delay)
+  function scheduleLook () {
+    if (settle !== undefined || closed) return
+    settle = setTimeout(() => {
+      settle = undefined
+      void lookAtFiles()
+    }, SETTLE_MS)
+  }
+
+  /** Watches the folder that is there now, or says it is missing. */
+  async function lookAtFolder () {
+    const stats = await stat(dir, { bigint: true }).catch((error: NodeJS.ErrnoException) => error)
+    if (closed) return
+    const identity = stats instanceof Error || !stats.isDirectory() ? '' : `${stats.dev}:${stats.ino}`
+    if (identity !== watched || watcher === undefined) {
+      watcher?.close()
+      watcher = undefined
+      watched = identity
+      if (identity === '') {
+        events?.following(false, new Error(`the data folder ${dir} is missing (${stats instanceof Error ? stats.code ?? stats.message : 'not a folder'})`))
+      } else {
+        try {
+          watcher = watch(dir, { persistent: false }, scheduleLook)
+          // The folder deleted or unmounted under the watch: the next look finds out which.
+          watcher.on('error', () => {
+            watcher?.close()
+            watcher = undefined
+          })
+          events?.following(true)
+          // Whatever changed while nothing watched.
+          scheduleLook()
+        } catch (error) {
+          events?.following(false, error as Error)
+        }
+      }
+    }
+    folderCheck = setTimeout(() => void lookAtFolder(), FOLDER_CHECK_MS)
+    folderCheck.unref()
   }
 
   return {
     name: 'files',
     location: dir,
-    async load () {
-      // Files that keep changing while they are read are read again, a few times, then taken as
-      // read: the watch reads them again once they settle.
+    async read (kind, _keys, current) {
+      // A file that changed while it was read is read again: what was read may be half of two versions.
+      const path = join(dir, KINDS[kind].file)
       for (let attempt = 1; ; attempt++) {
-        const data = await read(true)
-        if (data !== 'raced') return (current = data!)
-        if (attempt === LOAD_ATTEMPTS) {
-          signatures = new Map()
-          return (current = await loadFixtures(dir))
+        const before = await signatureOf(path)
+        const records = await readFile(dir, kind, current).catch(async (error: unknown) => {
+          if (attempt < READ_ATTEMPTS && before !== await signatureOf(path)) return undefined
+          throw error
+        })
+        if (records !== undefined && (attempt === READ_ATTEMPTS || before === await signatureOf(path))) {
+          if (!seen.has(kind)) seen.set(kind, before)
+          return { kind, all: records } as PartChange<typeof kind>
         }
       }
     },
     watch (handlers) {
-      listener = handlers
-      watcher = watch(dir, { persistent: false }, () => schedule())
-      watcher.on('error', (error) => handlers.reject(error, 'watching the folder'))
-      // A write between load() and this watch has no event: look once.
-      schedule()
+      events = handlers
+      void lookAtFolder()
     },
-    reload: () => { void reloadNow(true) },
     async close () {
       closed = true
-      clearTimeout(timer)
+      clearTimeout(settle)
+      clearTimeout(folderCheck)
       watcher?.close()
     }
   }

@@ -10,7 +10,7 @@ import { checkSchema } from './postgres-schema.js'
  */
 const BATCH = 20000
 
-async function insertRows (client: pg.ClientBase, table: string, columns: string[], rows: object[]) {
+async function insertRows (client: pg.ClientBase, table: string, columns: string[], rows: readonly object[]) {
   const list = columns.join(', ')
   for (let start = 0; start < rows.length; start += BATCH) {
     await client.query(

@@ -1,17 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { DataError, memberProblem, validateDirectory, validateRecords, type DirectoryData, type Organization, type RecordKind } from '../records.js'
-import { MemberList, MemberListBuilder } from '../member-list.js'
+import { DataError, RECORD_KINDS, assertUnique, memberProblem, recordProblem, validateRecords, type Organization } from '../records.js'
+import { MemberList, MemberListBuilder, blockIndex, type Block } from '../member-list.js'
 import { quoteValue } from '../../schemas/describe-error.js'
-import type { DirectorySource, SourceListener } from '../source.js'
+import type { Source, SourceEvents } from '../source.js'
+import type { PartChange, Snapshot } from '../snapshot.js'
+import type { ApiKey } from '../../schemas/fixtures.js'
 import type { Member } from '../../schemas/member.js'
 import { CHANNEL, checkSchema } from './postgres-schema.js'
-
-/**
- * Notifications that arrive within this time of the first are applied together: a script's
- * burst of statements becomes one read, and a revocation still lands well within a second.
- */
-const COALESCE_MS = 20
 
 /** Reconnection waits 100 ms, then twice as long each time, up to this. */
 const MAX_BACKOFF_MS = 5000
@@ -76,16 +72,6 @@ export async function connectPostgres (url: string, timeoutMs: number): Promise<
   }
 }
 
-/** What changed since the last read; `full` reads everything. */
-interface Pending {
-  full: boolean
-  tables: Set<'providers' | 'endpoints' | 'organizations' | 'keys'>
-  /** Organizations whose members changed; `all` when the trigger could not list them. */
-  members: Set<string> | 'all'
-}
-
-const nothingPending = (): Pending => ({ full: false, tables: new Set(), members: new Set() })
-
 /** `where: [3].field: problem` becomes `table t, row key "x": field: problem`: the row, by its key. */
 function locateRow (error: unknown, table: string, keyOf: (index: number) => string): never {
   if (!(error instanceof DataError)) throw error
@@ -142,17 +128,33 @@ async function readEndpoints (client: pg.ClientBase) {
   }
 }
 
-async function readKeys (client: pg.ClientBase) {
-  const { rows } = await client.query('SELECT name, sha256, kind, organization_id FROM keys ORDER BY name')
-  try {
-    return validateRecords('keys', rows, 'keys')
-  } catch (error) {
-    locateRow(error, 'keys', (index) => `name ${quoteValue(rows[index].name)}`)
+/** Rows of keys fetched at a time through a cursor: a batch that dies young, and a turn for requests between batches. */
+const KEY_BATCH = 20_000
+
+/** Keys, all or those of these names, validated; a bad row is a DataError naming it. */
+async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all') {
+  const columns = 'SELECT name, sha256, kind, organization_id FROM keys'
+  await client.query(names === 'all'
+    ? `DECLARE key_rows NO SCROLL CURSOR FOR ${columns} ORDER BY name`
+    : { text: `DECLARE key_rows NO SCROLL CURSOR FOR ${columns} WHERE name = ANY($1) ORDER BY name`, values: [names] })
+  const keys: ApiKey[] = []
+  for (;;) {
+    const { rows } = await client.query(`FETCH ${KEY_BATCH} FROM key_rows`)
+    for (const row of rows) {
+      const problem = recordProblem('keys', row, keys.length)
+      if (problem !== undefined) locateRow(new DataError(`keys: ${problem}`), 'keys', () => `name ${quoteValue(row.name)}`)
+      keys.push(row)
+    }
+    if (rows.length < KEY_BATCH) break
   }
+  await client.query('CLOSE key_rows')
+  return keys
 }
 
-async function readOrganizationList (client: pg.ClientBase): Promise<Array<{ id: string, name: string }>> {
-  const { rows } = await client.query('SELECT id, name FROM organizations ORDER BY position, id')
+async function readOrganizationList (client: pg.ClientBase, ids: readonly string[] | 'all'): Promise<Array<{ id: string, name: string }>> {
+  const { rows } = ids === 'all'
+    ? await client.query('SELECT id, name FROM organizations ORDER BY position, id')
+    : await client.query('SELECT id, name FROM organizations WHERE id = ANY($1) ORDER BY position, id', [ids])
   return rows
 }
 
@@ -169,7 +171,7 @@ const MEMBER_BATCH = 10_000
  * (organization_id, id), so the builder's own check, which costs more than the schema on a large
  * organization, would only say it again.
  */
-async function readMembers (client: pg.ClientBase, ids: string[] | 'all', shared?: Iterable<MemberList>) {
+async function readMembers (client: pg.ClientBase, ids: readonly string[] | 'all', shared?: ReadonlyMap<number, Block>) {
   const lists = new Map<string, MemberList>()
   const columns = 'organization_id, id, email, first_name, last_name, role'
   const order = 'ORDER BY organization_id, position, id'
@@ -211,41 +213,24 @@ function validateOrganizations (organizations: ReadonlyArray<{ id: string, name:
   }
 }
 
-const TABLES = { providers: 'table providers', endpoints: 'table endpoints', organizations: 'table organizations', keys: 'table keys' }
-
 /**
- * The rules between records (validateDirectory) over the parts given. The unique constraints hold
- * them already; checking says so in the files' terms too.
- */
-function validateUnique (data: DirectoryData) {
-  validateDirectory(data, TABLES)
-}
-
-/**
- * The directory in a PostgreSQL database (the schema of postgres-schema.ts). Every replica reads a
- * snapshot at start, then LISTENs: the tables' triggers NOTIFY, at commit, which part changed, and
- * the replica reads that part again (in one REPEATABLE READ transaction, so the parts read agree)
- * and hands over a snapshot in which everything else is the very same objects as before.
+ * The directory in a PostgreSQL database (the schema of postgres-schema.ts). Every replica LISTENs:
+ * the tables' triggers NOTIFY, at commit, what changed, by name (key names, organization ids), and
+ * the replica reads those rows alone, each kind in a REPEATABLE READ transaction of its own.
  *
- * If the listening connection drops, the current data keeps serving, the connection is retried
- * with backoff, and everything is read again once it is back (notifications sent meanwhile are
- * lost); the change names how stale the data was.
+ * If the listening connection drops, the current data keeps serving, the connection is retried with
+ * backoff, and every kind is read again once it is back (notifications sent meanwhile are lost).
  */
-export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, connectTimeoutMs: number }): DirectorySource {
+export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, connectTimeoutMs: number }): Source {
   const location = locationOf(url)
-  const pool = new pg.Pool({ connectionString: url, types, max: 2, keepAlive: true, connectionTimeoutMillis: 10000 })
+  // A connection per kind read at once, and the listening one apart.
+  const pool = new pg.Pool({ connectionString: url, types, max: RECORD_KINDS.length, keepAlive: true, connectionTimeoutMillis: 10000 })
   // An idle connection cut by the server: the pool drops it; the listening connection says what it means.
   pool.on('error', () => {})
 
-  let current: DirectoryData | undefined
-  let listener: SourceListener | undefined
+  let events: SourceEvents | undefined
   let listening: pg.Client | undefined
-  let pending = nothingPending()
-  let timer: NodeJS.Timeout | undefined
-  let reading = false
-  let failures = 0
-  /** When the listening connection was lost, while it is. */
-  let lostAt: number | undefined
+  let connecting: Promise<void> | undefined
   let closed = false
 
   async function listen (timeoutMs: number) {
@@ -264,30 +249,25 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
   }
 
   function noteChange (payload: string | undefined) {
-    let change: { table?: string, organization_ids?: string[] | null }
+    let change: { table?: string, names?: string[] | null, ids?: string[] | null, organization_ids?: string[] | null }
     try {
       change = JSON.parse(payload ?? '')
     } catch {
       change = {}
     }
     const { table } = change
-    if (table === 'members') {
-      if (!change.organization_ids || pending.members === 'all') pending.members = 'all'
-      else for (const id of change.organization_ids) pending.members.add(id)
-    } else if (table === 'providers' || table === 'endpoints' || table === 'organizations' || table === 'keys') {
-      pending.tables.add(table)
-    } else {
-      pending.full = true
-    }
-    schedule(COALESCE_MS)
+    if (table === 'members') events?.changed('organizations', change.organization_ids ?? undefined)
+    else if (table === 'organizations') events?.changed('organizations', change.ids ?? undefined)
+    else if (table === 'keys') events?.changed('keys', change.names ?? undefined)
+    else if (table === 'providers' || table === 'endpoints') events?.changed(table)
+    else for (const kind of RECORD_KINDS) events?.changed(kind)
   }
 
   function connectionLost (client: pg.Client, error: Error) {
     if (closed || client !== listening) return
     listening = undefined
-    lostAt ??= Date.now()
     client.end().catch(() => {})
-    listener?.reject(new Error(`lost the connection to PostgreSQL at ${location} (${describe(error)}); serving the last data read, reconnecting`), 'following changes')
+    events?.following(false, new Error(`lost the connection to PostgreSQL at ${location} (${describe(error)})`))
     void reconnect()
   }
 
@@ -301,68 +281,21 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
         // Still unreachable: the loss was reported once; try again later.
       }
     }
+    if (closed) return
+    events?.following(true)
     // Whatever changed meanwhile was not notified to us: read everything.
-    pending.full = true
-    schedule(0)
+    for (const kind of RECORD_KINDS) events?.changed(kind)
   }
 
-  function schedule (delay: number) {
-    if (closed || reading || timer !== undefined || listener === undefined) return
-    timer = setTimeout(() => {
-      timer = undefined
-      void apply()
-    }, delay)
-  }
-
-  /** Reads what `pending` names and hands the next snapshot to the listener. */
-  async function apply () {
-    const work = pending
-    pending = nothingPending()
-    if (!work.full && work.tables.size === 0 && work.members !== 'all' && work.members.size === 0) return
-    reading = true
-    const change = describeChange(work)
-    try {
-      const next = await read(work)
-      if (!closed) {
-        current = next
-        failures = 0
-        listener?.install(next, change)
-      }
-    } catch (error) {
-      if (!closed) listener?.reject(error as Error, change)
-      if (!(error instanceof DataError)) {
-        // The read itself failed (the connection, not the data): try again, reading everything.
-        pending.full = true
-        failures++
-      }
-    } finally {
-      reading = false
-      if (pending.full || pending.tables.size > 0 || pending.members === 'all' || pending.members.size > 0) {
-        schedule(failures > 0 ? backoff(failures) : COALESCE_MS)
-      }
-    }
-  }
-
-  function describeChange (work: Pending) {
-    if (work.full) {
-      if (lostAt === undefined) return 'full read'
-      return `reconnected to PostgreSQL: full read; the data served was up to ${Date.now() - lostAt} ms stale`
-    }
-    const parts: string[] = [...work.tables]
-    if (work.members === 'all') parts.push('members')
-    else if (work.members.size > 0) parts.push(`members of ${[...work.members].slice(0, 5).join(', ')}${work.members.size > 5 ? ', …' : ''}`)
-    return `${parts.join(', ')} changed`
-  }
-
-  async function read (work: Pending): Promise<DirectoryData> {
+  /** Runs `read` in a read-only REPEATABLE READ transaction: the rows it reads agree with each other. */
+  async function inTransaction<T> (read: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     const client = await pool.connect()
     let broken = false
     try {
       await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
-      const next = work.full || current === undefined ? await readAll(client) : await readChanges(client, current, work)
+      const result = await read(client)
       await client.query('COMMIT')
-      if (work.full) lostAt = undefined
-      return next
+      return result
     } catch (error) {
       broken = true
       throw error
@@ -372,81 +305,52 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
     }
   }
 
-  async function readAll (client: pg.ClientBase): Promise<DirectoryData> {
-    await checkSchema(client)
-    const list = await readOrganizationList(client)
+  async function readOrganizations (client: pg.ClientBase, ids: readonly string[] | 'all', current: Snapshot | undefined) {
+    const list = await readOrganizationList(client, ids)
     validateOrganizations(list)
-    const members = await readMembers(client, 'all')
-    const organizations = list.map(({ id, name }) => ({ id, name, members: members.get(id) ?? MemberList.of([]) }))
-    const data = {
-      providers: await readProviders(client),
-      endpoints: await readEndpoints(client),
-      organizations,
-      keys: await readKeys(client)
-    }
-    validateUnique(data)
-    return data
-  }
-
-  /** The parts named read again; every other part is the same object as in `previous`. */
-  async function readChanges (client: pg.ClientBase, previous: DirectoryData, work: Pending): Promise<DirectoryData> {
-    const next: { -readonly [kind in RecordKind]: DirectoryData[kind] } = { ...previous }
-    if (work.tables.has('providers')) next.providers = await readProviders(client)
-    if (work.tables.has('endpoints')) next.endpoints = await readEndpoints(client)
-    if (work.tables.has('keys')) next.keys = await readKeys(client)
-    if (work.tables.has('organizations') || work.members === 'all' || work.members.size > 0) {
-      next.organizations = await readOrganizations(client, previous.organizations, work)
-    }
-    validateUnique({
-      providers: next.providers === previous.providers ? [] : next.providers,
-      endpoints: [],
-      organizations: next.organizations === previous.organizations ? [] : next.organizations,
-      keys: next.keys === previous.keys ? [] : next.keys
-    })
-    return next
-  }
-
-  async function readOrganizations (client: pg.ClientBase, previous: readonly Organization[], work: Pending) {
-    const before = new Map(previous.map((organization) => [organization.id, organization]))
-    const list = work.tables.has('organizations') ? await readOrganizationList(client) : previous.map(({ id, name }) => ({ id, name }))
-    // Members are read for the organizations named, and for those new to this replica.
-    const stale = work.members === 'all'
-      ? 'all'
-      : list.filter(({ id }) => (work.members as Set<string>).has(id) || !before.has(id)).map(({ id }) => id)
-    const reread = new Set(stale === 'all' ? list.map(({ id }) => id) : stale)
-    const changed = list.filter(({ id }) => !before.has(id) || reread.has(id))
-    validateOrganizations(changed)
-    // Members of the previous snapshot that did not change are shared with it.
-    const shared = previous.map((organization) => organization.members)
-    const members = stale === 'all' || stale.length > 0 ? await readMembers(client, stale, shared) : new Map<string, MemberList>()
-    const compacted = new Map(changed.map(({ id, name }) => [id, { id, name, members: members.get(id) ?? MemberList.of([]) }]))
-    return list.map(({ id, name }): Organization => {
-      const old = before.get(id)
-      if (old && !reread.has(id)) return old.name === name ? old : { id, name, members: old.members }
-      return compacted.get(id)!
-    })
+    // The blocks of the organizations read again, for their new lists to share.
+    const before = current?.parts.organizations.byKey
+    const previous = before === undefined
+      ? undefined
+      : blockIndex((ids === 'all' ? [...before.values()] : ids.map((id) => before.get(id)).filter((organization) => organization !== undefined)).map((organization) => organization!.members))
+    const members = list.length > 0 ? await readMembers(client, ids, previous) : new Map<string, MemberList>()
+    const organizations: Organization[] = list.map(({ id, name }) => ({ id, name, members: members.get(id) ?? MemberList.of([]) }))
+    assertUnique('organizations', organizations, 'table organizations')
+    return organizations
   }
 
   return {
     name: 'postgres',
     location,
-    async load () {
-      // Listening first: a change committed while the snapshot is read is notified, and read again.
-      await listen(connectTimeoutMs)
-      current = await read({ full: true, tables: new Set(), members: new Set() })
-      return current
+    async read (kind, keys, current) {
+      // Listening first: a change committed while a kind is read is notified, and read again.
+      if (listening === undefined && events === undefined) await (connecting ??= listen(connectTimeoutMs))
+      return await inTransaction(async (client) => {
+        if (current === undefined) await checkSchema(client)
+        switch (kind) {
+          case 'providers': return { kind, all: await readProviders(client) }
+          case 'endpoints': return { kind, all: await readEndpoints(client) }
+          case 'keys': {
+            const found = await readKeys(client, keys)
+            if (keys === 'all') return { kind, all: found }
+            const present = new Set(found.map((key) => key.name))
+            return { kind, upsert: found, remove: keys.filter((name) => !present.has(name)) }
+          }
+          case 'organizations': {
+            const found = await readOrganizations(client, keys, current)
+            if (keys === 'all') return { kind, all: found }
+            const present = new Set(found.map((organization) => organization.id))
+            return { kind, upsert: found, remove: keys.filter((id) => !present.has(id)) }
+          }
+        }
+        throw new Error(`unknown kind ${String(kind)}`)
+      }) as unknown as PartChange<typeof kind>
     },
     watch (handlers) {
-      listener = handlers
-      schedule(0)
-    },
-    reload () {
-      pending.full = true
-      schedule(0)
+      events = handlers
     },
     async close () {
       closed = true
-      clearTimeout(timer)
       await listening?.end().catch(() => {})
       await pool.end()
     }

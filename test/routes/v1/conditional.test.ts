@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { createDirectory } from '../../../src/repositories/directory.js'
-import { KEYS, bearer, build, makeData, makeEndpoint, makeProvider } from '../../helper.js'
+import { KEYS, bearer, build, makeData, makeEndpoint, makeProvider, snapshotsOf } from '../../helper.js'
 
 describe.each(['/v1/providers', '/v1/endpoints/zdr'])('conditional GET %s', (url) => {
   async function currentEtag (app: ReturnType<typeof build>) {
@@ -22,19 +21,19 @@ describe.each(['/v1/providers', '/v1/endpoints/zdr'])('conditional GET %s', (url
   })
 
   it('gives a list a new ETag when a change is installed, and the old tag no 304', async () => {
-    const directory = createDirectory('test', makeData())
+    const directory = snapshotsOf(makeData())
     const app = build({ snapshots: directory })
     const before = await currentEtag(app)
-    directory.install(makeData({ providers: [makeProvider(42)], endpoints: [makeEndpoint(42)] }))
+    await directory.install(makeData({ providers: [makeProvider(42)], endpoints: [makeEndpoint(42)] }))
     expect(await currentEtag(app)).not.toBe(before)
     const res = await app.inject({ url, headers: { ...bearer(KEYS.alphaStandard), 'if-none-match': before } })
     expect(res.statusCode).toBe(200)
   })
 
   it('gives the same data the same ETag in another process or replica', async () => {
-    const one = await currentEtag(build({ snapshots: createDirectory('test', makeData()) }))
+    const one = await currentEtag(build({ snapshots: snapshotsOf(makeData()) }))
     // Parsed again from its JSON text, as another replica would read it.
-    expect(await currentEtag(build({ snapshots: createDirectory('test', JSON.parse(JSON.stringify(makeData()))) }))).toBe(one)
+    expect(await currentEtag(build({ snapshots: snapshotsOf(makeData()) }))).toBe(one)
   })
 
   it.each([

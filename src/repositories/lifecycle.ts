@@ -1,0 +1,223 @@
+import { DataError, RECORD_KINDS, type RecordKind } from './records.js'
+import { applyChange, compactPart, createSnapshot, rebasePart, type RecordCounts, type Snapshot } from './snapshot.js'
+import type { Source } from './source.js'
+
+/** Notices that arrive within this time of the first are read together: a script's burst becomes one read. */
+const COALESCE_MS = 20
+
+/** A failed read is tried again after 100 ms, then twice as long each time, up to this. */
+const MAX_BACKOFF_MS = 5000
+
+function backoff (failures: number) {
+  // Jitter, so that replicas that lost the same server do not come back in lockstep.
+  return Math.min(100 * 2 ** failures, MAX_BACKOFF_MS) * (0.5 + Math.random() / 2)
+}
+
+/** What the logs, /metrics and the tests learn of the data served. */
+export interface SnapshotInfo {
+  /** The source of the data: `files`, `postgres`. */
+  source: string
+  /** The snapshot served: its version, its fingerprint, when it was installed (ms since the epoch). */
+  version: number
+  fingerprint: string
+  loadedAt: number
+  records: RecordCounts
+  /** Changes installed (succeeded) and refused (failed) since start, by kind. */
+  reloads: { [kind in RecordKind]: { succeeded: number, failed: number } }
+  /** Whether changes are being followed (the connection is up, the folder exists). */
+  following: boolean
+}
+
+/** What the app reads: the snapshot to answer a request from, and what to report. */
+export interface Snapshots {
+  /** The snapshot to answer a request from; a request reads it once and keeps it to its last byte. */
+  current(): Snapshot
+  info(): SnapshotInfo
+}
+
+/** Where the lifecycle reports what happens; a pino logger will do. */
+export interface LifecycleLog {
+  info(object: object, message: string): void
+  error(object: object, message: string): void
+  warn(object: object, message: string): void
+}
+
+/** The work of one kind: what its notices named since its last read, and how its reads go. */
+interface Lane {
+  /** Keys named since the last read, or `all`; undefined when nothing is waiting. */
+  pending: Set<string> | 'all' | undefined
+  running: boolean
+  timer: NodeJS.Timeout | undefined
+  failures: number
+  /** Its last change was refused: the next read is of the whole kind, so that a fix brings everything back. */
+  refused: boolean
+  compacting: boolean
+}
+
+/**
+ * The one owner of the data's lifecycle: the first load, the notices of change, their coalescing,
+ * retries, installing a change or refusing it, the counts. Each kind has a lane of its own: a
+ * revocation is read and installed while a large reload of organizations is still being read, and
+ * a refused kind keeps its last good records while the others' changes go in. A change makes a new
+ * snapshot that shares everything it did not touch; the snapshot's parts fold their overlays into
+ * new bases off to the side (compaction) and are moved onto them when ready.
+ */
+export function createLifecycle (source: Source) {
+  let current: Snapshot | undefined
+  let version = 0
+  let log: LifecycleLog | undefined
+  let following = true
+  let closed = false
+  const reloads = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['reloads']
+  const lanes = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, {
+    pending: undefined, running: false, timer: undefined, failures: 0, refused: false, compacting: false
+  } satisfies Lane])) as Record<RecordKind, Lane>
+
+  const snapshot = () => {
+    if (current === undefined) throw new Error('the data is not loaded yet')
+    return current
+  }
+
+  function noteChange (kind: RecordKind, keys?: readonly string[]) {
+    const lane = lanes[kind]
+    if (keys === undefined || lane.pending === 'all') lane.pending = 'all'
+    else {
+      lane.pending ??= new Set()
+      for (const key of keys) lane.pending.add(key)
+    }
+    schedule(kind, COALESCE_MS)
+  }
+
+  function schedule (kind: RecordKind, delay: number) {
+    const lane = lanes[kind]
+    if (closed || lane.running || lane.timer !== undefined) return
+    lane.timer = setTimeout(() => {
+      lane.timer = undefined
+      void run(kind)
+    }, delay)
+  }
+
+  function describe (kind: RecordKind, work: Set<string> | 'all') {
+    if (work === 'all') return `${kind}: all read again`
+    const named = [...work].slice(0, 5).map((key) => JSON.stringify(key)).join(', ')
+    return `${kind}: ${named}${work.size > 5 ? `, and ${work.size - 5} more` : ''}`
+  }
+
+  /** Reads what the lane's notices named, and installs it or refuses it. */
+  async function run (kind: RecordKind) {
+    const lane = lanes[kind]
+    const work = lane.refused ? 'all' : lane.pending
+    lane.pending = undefined
+    if (work === undefined || closed) return
+    lane.running = true
+    const change = describe(kind, work)
+    try {
+      const read = await source.read(kind, work === 'all' ? 'all' : [...work], current)
+      const part = await applyChange(snapshot().parts[kind], read)
+      if (closed) return
+      install(snapshot().withPart(kind, part, ++version))
+      reloads[kind].succeeded++
+      lane.refused = false
+      lane.failures = 0
+      log?.info({ change, snapshot: { version, fingerprint: current!.fingerprint }, records: current!.counts() }, 'change installed')
+    } catch (error) {
+      if (closed) return
+      if (error instanceof DataError) {
+        lane.refused = true
+        reloads[kind].failed++
+        log?.error({ change, part: kind, problem: error.message }, `change refused: ${kind} keeps its last good records, the other parts follow their changes`)
+      } else {
+        // Reading failed (the connection, not the data): read it again later, all of what was asked.
+        lane.failures++
+        if (work === 'all' || lane.pending === 'all') lane.pending = 'all'
+        else lane.pending = new Set([...work, ...lane.pending ?? []])
+        log?.warn({ change, part: kind, problem: (error as Error).message }, 'reading a change failed; trying again')
+      }
+    } finally {
+      lane.running = false
+      if (lane.pending !== undefined) schedule(kind, lane.failures > 0 ? backoff(lane.failures) : 0)
+    }
+    void compact(kind)
+  }
+
+  function install (next: Snapshot) {
+    current = next
+  }
+
+  /** Folds the kind's overlays into new bases, off to the side, and moves the snapshot onto them. */
+  async function compact (kind: RecordKind) {
+    const lane = lanes[kind]
+    if (lane.compacting || current === undefined) return
+    const from = current.parts[kind]
+    lane.compacting = true
+    try {
+      const compacted = await compactPart(from)
+      if (compacted === undefined || closed) return
+      // Changes installed meanwhile are carried over; if another part replaced the bases, it is dropped.
+      const rebased = rebasePart(snapshot().parts[kind], from, compacted)
+      if (rebased !== undefined) install(snapshot().withPart(kind, rebased, snapshot().version))
+    } finally {
+      lane.compacting = false
+    }
+  }
+
+  return {
+    /** Reads every kind whole; throws (a DataError naming where, record and field) when one is bad. */
+    async load () {
+      const parts = await Promise.all(RECORD_KINDS.map(async (kind) => {
+        const change = await source.read(kind, 'all', undefined)
+        if (!('all' in change)) throw new Error(`the source read part of ${kind} at start`)
+        return [kind, change.all] as const
+      }))
+      install(await createSnapshot(Object.fromEntries(parts) as Parameters<typeof createSnapshot>[0], ++version))
+      return current!
+    },
+    /** Follows the source's changes from now on, reporting to `logger`. */
+    follow (logger: LifecycleLog) {
+      log = logger
+      source.watch({
+        changed: noteChange,
+        following (up, problem) {
+          if (up === following) return
+          following = up
+          if (up) logger.info({ source: source.name }, 'following changes again')
+          else logger.error({ source: source.name, problem: problem?.message }, 'cannot follow changes; the data read last keeps serving')
+        }
+      })
+    },
+    /** Reads every kind again (SIGHUP). */
+    reload () {
+      for (const kind of RECORD_KINDS) noteChange(kind)
+    },
+    current: snapshot,
+    info (): SnapshotInfo {
+      const served = snapshot()
+      return {
+        source: source.name,
+        version: served.version,
+        fingerprint: served.fingerprint,
+        loadedAt: served.installedAt,
+        records: served.counts(),
+        reloads: structuredClone(reloads),
+        following
+      }
+    },
+    async close () {
+      closed = true
+      for (const lane of Object.values(lanes)) clearTimeout(lane.timer)
+      await source.close()
+    }
+  } satisfies Snapshots & Record<string, unknown>
+}
+
+export type Lifecycle = ReturnType<typeof createLifecycle>
+
+/** One snapshot that never changes, from records given: for what serves no data (the OpenAPI writer). */
+export async function fixedSnapshots (data: Parameters<typeof createSnapshot>[0]): Promise<Snapshots> {
+  const snapshot = await createSnapshot(data)
+  const reloads = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['reloads']
+  return {
+    current: () => snapshot,
+    info: () => ({ source: 'none', version: 1, fingerprint: snapshot.fingerprint, loadedAt: snapshot.installedAt, records: snapshot.counts(), reloads, following: true })
+  }
+}
