@@ -3,7 +3,7 @@ import { Writable } from 'node:stream'
 import { TestRunner, onTestFinished } from 'vitest'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, type LogOptions } from '../src/app.js'
-import type { Snapshots, SnapshotInfo } from '../src/repositories/lifecycle.js'
+import type { Lifecycle, Snapshots, SnapshotInfo } from '../src/repositories/lifecycle.js'
 import { RECORD_KINDS, type DirectoryData } from '../src/repositories/records.js'
 import { createSnapshot, type Snapshot } from '../src/repositories/snapshot.js'
 import type { Provider } from '../src/schemas/provider.js'
@@ -183,5 +183,58 @@ export function failingSnapshots (
       view ??= Object.assign(Object.create(snapshots.current()) as Snapshot, Object.fromEntries(parts.map((part) => [part, broken])))
       return view
     }
+  }
+}
+
+/** The records a snapshot serves, as a source reads them (keyed kinds in key order). */
+export function recordsOf (snapshot: Snapshot) {
+  const byKey = <T>(values: Iterable<T>, key: (value: T) => string) => [...values].sort((a, b) => key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0)
+  return {
+    providers: snapshot.parts.providers.records,
+    endpoints: snapshot.parts.endpoints.records,
+    organizations: byKey(snapshot.parts.organizations.byKey.values(), (organization) => organization.id),
+    keys: byKey(snapshot.parts.keys.byKey.values(), (key) => key.name)
+  }
+}
+
+/**
+ * Follows a lifecycle with a logger of its own, and waits for what it does: `until` a snapshot
+ * satisfies a test, the next refusal, a change of `following`, a number of installs.
+ */
+export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
+  const refusals: Array<{ part: string, problem: string }> = []
+  const states: Array<{ up: boolean, problem?: string }> = []
+  let installed = 0
+  lifecycle.follow({
+    info (_object, message) {
+      if (message === 'change installed') installed++
+      if (message === 'following changes again') states.push({ up: true })
+    },
+    error (object: { part?: string, problem?: string }, message) {
+      if (message.startsWith('change refused')) refusals.push({ part: object.part!, problem: object.problem! })
+      else if (message.startsWith('cannot follow')) states.push({ up: false, problem: object.problem })
+    },
+    warn () {}
+  })
+  const poll = async <T>(what: string, found: () => T | undefined): Promise<T> => {
+    const deadline = Date.now() + timeoutMs
+    for (;;) {
+      const value = found()
+      if (value !== undefined) return value
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+  }
+  return {
+    until: (test: (data: ReturnType<typeof recordsOf>) => boolean) => poll('a snapshot', () => {
+      const data = recordsOf(lifecycle.current())
+      return test(data) ? data : undefined
+    }),
+    refusal: () => poll('a refusal', () => refusals.shift()),
+    following: (up: boolean) => poll(`following ${up}`, () => {
+      const index = states.findIndex((state) => state.up === up)
+      return index < 0 ? undefined : states.splice(0, index + 1).at(-1)!.problem ?? ''
+    }),
+    installs: (count: number) => poll(`${count} installs`, () => installed >= count ? installed : undefined)
   }
 }

@@ -1,7 +1,7 @@
 import { watch, type FSWatcher } from 'node:fs'
 import { stat } from 'node:fs/promises'
 import { join } from 'node:path'
-import { DataError, KINDS, RECORD_KINDS, assertUnique, recordProblem, type DirectoryData, type Held, type RecordKind, type Records } from '../records.js'
+import { DataError, KINDS, RECORD_KINDS, assertUnique, recordProblem, validateRecords, type DirectoryData, type Held, type RecordKind } from '../records.js'
 import { readJsonArray } from '../json-file.js'
 import { readOrganizationsFile } from '../organizations-file.js'
 import { blockIndex } from '../member-list.js'
@@ -66,12 +66,12 @@ async function readFile<K extends RecordKind> (dir: string, kind: K, current: Sn
 }
 
 function validateWhole<K extends RecordKind> (kind: K, value: unknown, file: string): Array<Held<K>> {
-  if (!Array.isArray(value)) throw new DataError(`${file}: (top level): must be an array`)
-  value.forEach((record, index) => {
+  if (!Array.isArray(value)) return validateRecords(kind, value, file) as Array<Held<K>>
+  value.forEach((record: unknown, index) => {
     const problem = recordProblem(kind, record, index)
     if (problem !== undefined) throw new DataError(`${file}: ${problem}`)
   })
-  return value as Records<K> as Array<Held<K>>
+  return value as Array<Held<K>>
 }
 
 function * mapValues<T, U> (values: Iterable<T>, map: (value: T) => U): Iterable<U> {

@@ -5,8 +5,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../../../src/config.js'
 import { FIXTURE_FILES, createFileSource, loadFixtures } from '../../../src/repositories/sources/files.js'
 import { RECORD_KINDS, type DirectoryData } from '../../../src/repositories/records.js'
-import type { DirectorySource } from '../../../src/repositories/source.js'
-import { makeData, makeEndpoint, makeProvider } from '../../helper.js'
+import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
+import { makeData, makeEndpoint, makeProvider, recordsOf, watchLifecycle } from '../../helper.js'
 
 let dir: string
 beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'fixtures-')) })
@@ -110,48 +110,27 @@ describe('loading fixtures', () => {
 })
 
 describe('following changes to the folder', () => {
-  type Event = { data: DirectoryData, change: string } | { error: Error, change: string }
-  let source: DirectorySource
-  let events: Event[]
-  let waiting: Array<() => void>
-  afterEach(() => source?.close())
+  let lifecycle: Lifecycle
+  let watched: ReturnType<typeof watchLifecycle>
+  afterEach(() => lifecycle?.close())
 
   async function follow (folder = dir) {
-    source = createFileSource(folder)
-    const initial = await source.load()
-    events = []
-    waiting = []
-    source.watch({
-      install: (data, change) => { events.push({ data, change }); waiting.splice(0).forEach((wake) => wake()) },
-      reject: (error, change) => { events.push({ error, change }); waiting.splice(0).forEach((wake) => wake()) }
-    })
+    lifecycle = createLifecycle(createFileSource(folder))
+    const initial = recordsOf(await lifecycle.load())
+    watched = watchLifecycle(lifecycle)
     return initial
-  }
-
-  /** Resolves with the first event after `count` events have been seen. */
-  async function eventNumber (count: number): Promise<Event> {
-    while (events.length < count) await new Promise<void>((resolve) => waiting.push(resolve))
-    return events[count - 1]!
-  }
-
-  const installed = (event: Event) => {
-    if ('error' in event) throw new Error(`expected a snapshot, got: ${event.error.message}`)
-    return event.data
-  }
-  const refused = (event: Event) => {
-    if (!('error' in event)) throw new Error('expected a refused change, got a snapshot')
-    return event.error.message
   }
 
   it('installs a file written in place, keeping the unchanged parts as they were', async () => {
     await writeData(makeData())
-    const initial = await follow()
+    await follow()
+    const before = lifecycle.current()
     await writeFile(join(dir, 'providers.json'), JSON.stringify([makeProvider(7)]))
-    const next = installed(await eventNumber(1))
+    const next = await watched.until((data) => data.providers[0]?.slug === 'provider-7')
     expect(next.providers).toEqual([makeProvider(7)])
-    // Not read again, so not derived again: the same objects.
-    expect(next.organizations).toBe(initial.organizations)
-    expect(next.keys).toBe(initial.keys)
+    // Not read again, so not derived again: the same parts.
+    expect(lifecycle.current().parts.organizations).toBe(before.parts.organizations)
+    expect(lifecycle.current().parts.keys).toBe(before.parts.keys)
   })
 
   it('installs a file replaced by rename, as editors and mv do', async () => {
@@ -160,13 +139,11 @@ describe('following changes to the folder', () => {
     const keys = makeData().keys.slice(1)
     await writeFile(join(dir, 'keys.json.tmp'), JSON.stringify(keys))
     await rename(join(dir, 'keys.json.tmp'), join(dir, 'keys.json'))
-    let event = await eventNumber(1)
-    // The temporary file's own event may come first, with nothing to install yet.
-    for (let n = 2; 'data' in event && event.data.keys.length !== keys.length; n++) event = await eventNumber(n)
-    expect(installed(event).keys).toEqual(keys)
+    const next = await watched.until((data) => data.keys.length === keys.length)
+    expect(next.keys).toEqual(keys)
   })
 
-  it('installs all four files at once when a Kubernetes volume swaps its ..data symlink', async () => {
+  it('installs all four files when a Kubernetes volume swaps its ..data symlink', async () => {
     const writeVersion = async (name: string, data: DirectoryData) => {
       await mkdir(join(dir, name))
       await Promise.all(RECORD_KINDS.map((kind) => writeFile(join(dir, name, FIXTURE_FILES[kind]), JSON.stringify(data[kind]))))
@@ -182,18 +159,21 @@ describe('following changes to the folder', () => {
     await symlink('..2026_11_23_02', join(dir, '..data_tmp'))
     await rename(join(dir, '..data_tmp'), join(dir, '..data'))
     await rm(join(dir, '..2026_11_23_01'), { recursive: true })
-    const data = installed(await eventNumber(1))
+    const data = await watched.until((data) => data.keys.length === next.keys.length && data.providers.length === 1)
     expect(data.providers).toEqual(next.providers)
     expect(data.keys).toEqual(next.keys)
   })
 
-  it('refuses a bad change, naming file, record and field, and installs the next good one', async () => {
+  it('refuses a bad file alone, naming file, record and field, installs the other files changed, and installs the fix', async () => {
     await writeData(makeData())
     await follow()
     await writeFile(join(dir, 'providers.json'), JSON.stringify([makeProvider(1, { headquarters: 'ZZ' })]))
-    expect(refused(await eventNumber(1))).toBe('providers.json: [0].headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code')
+    await writeFile(join(dir, 'keys.json'), JSON.stringify(makeData().keys.slice(1)))
+    expect(await watched.refusal()).toMatchObject({ part: 'providers', problem: 'providers.json: [0].headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code' })
+    const after = await watched.until((data) => data.keys.length === 3)
+    expect(after.providers).toEqual(makeData().providers)
     await writeFile(join(dir, 'providers.json'), JSON.stringify([makeProvider(2)]))
-    expect(installed(await eventNumber(2)).providers).toEqual([makeProvider(2)])
+    expect((await watched.until((data) => data.providers.length === 1)).providers).toEqual([makeProvider(2)])
   })
 
   it('refuses a file caught half-written, and installs it once the write completes', async () => {
@@ -201,36 +181,58 @@ describe('following changes to the folder', () => {
     await follow()
     const text = JSON.stringify([makeEndpoint(5)])
     await writeFile(join(dir, 'zdr-endpoints.json'), text.slice(0, text.length / 2))
-    expect(refused(await eventNumber(1))).toMatch(/^zdr-endpoints\.json: not valid JSON/)
+    expect((await watched.refusal()).problem).toMatch(/^zdr-endpoints\.json: not valid JSON/)
     await writeFile(join(dir, 'zdr-endpoints.json'), text)
-    expect(installed(await eventNumber(2)).endpoints).toEqual([makeEndpoint(5)])
+    expect((await watched.until((data) => data.endpoints.length === 1)).endpoints).toEqual([makeEndpoint(5)])
   })
 
   it('applies a steady stream of changes as they come, not once it stops', async () => {
     await writeData(makeData())
     await follow()
     const writes = 20
-    let installedDuringStream = 0
+    let versionDuringStream = 0
     for (let i = 1; i <= writes; i++) {
       await writeFile(join(dir, 'providers.json'), JSON.stringify([makeProvider(i)]))
       await new Promise((resolve) => setTimeout(resolve, 50))
-      installedDuringStream = events.length
+      versionDuringStream = lifecycle.current().version
     }
-    expect(installedDuringStream).toBeGreaterThan(1)
-    // And the last write is what ends up installed. (A write in place can be caught half done:
-    // that read is refused, and the completed write read again.)
-    for (let n = events.length; ; n++) {
-      const event = await eventNumber(n)
-      if ('data' in event && event.data.providers[0]!.slug === `provider-${writes}`) break
-    }
+    expect(versionDuringStream).toBeGreaterThan(2)
+    // And the last write is what ends up installed.
+    await watched.until((data) => data.providers[0]?.slug === `provider-${writes}`)
   })
 
   it('reads everything again on reload(), even with nothing changed', async () => {
     await writeData(makeData())
     const initial = await follow()
-    source.reload()
-    const data = installed(await eventNumber(1))
-    expect(data).toEqual(initial)
-    expect(data.providers).not.toBe(initial.providers)
+    lifecycle.reload()
+    await watched.installs(RECORD_KINDS.length)
+    expect(recordsOf(lifecycle.current())).toEqual(initial)
+  })
+
+  it('keeps serving while the folder is deleted, says so, and follows the folder created again', async () => {
+    await writeData(makeData())
+    await follow()
+    await rm(dir, { recursive: true })
+    expect(await watched.following(false)).toMatch(/the data folder .* is missing/)
+    expect(recordsOf(lifecycle.current()).keys).toHaveLength(4)
+    await mkdir(dir)
+    await writeData(makeData({ keys: makeData().keys.slice(3) }))
+    await watched.following(true)
+    expect((await watched.until((data) => data.keys.length === 1)).keys).toEqual(makeData().keys.slice(3))
+    // And later changes are seen as before.
+    await writeFile(join(dir, 'providers.json'), JSON.stringify([makeProvider(8)]))
+    await watched.until((data) => data.providers[0]?.slug === 'provider-8')
+  })
+
+  it('follows a folder moved away and another moved into its place', async () => {
+    await writeData(makeData())
+    await follow()
+    await rename(dir, `${dir}-old`)
+    const replacement = `${dir}-new`
+    await mkdir(replacement)
+    await Promise.all(RECORD_KINDS.map((kind) => writeFile(join(replacement, FIXTURE_FILES[kind]), JSON.stringify(makeData({ providers: [makeProvider(5)] })[kind]))))
+    await rename(replacement, dir)
+    await watched.until((data) => data.providers[0]?.slug === 'provider-5')
+    await rm(`${dir}-old`, { recursive: true })
   })
 })

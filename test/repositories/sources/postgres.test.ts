@@ -1,14 +1,14 @@
 import pg from 'pg'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../../../src/config.js'
-import { createDirectory } from '../../../src/repositories/directory.js'
+import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
 import type { DirectoryData } from '../../../src/repositories/records.js'
-import type { DirectorySource } from '../../../src/repositories/source.js'
+import { readAll } from '../../../src/repositories/source.js'
 import { loadFixtures } from '../../../src/repositories/sources/files.js'
 import { createPostgresSource } from '../../../src/repositories/sources/postgres.js'
 import { migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
-import { bearer, build, KEYS, makeData } from '../../helper.js'
+import { bearer, build, KEYS, makeData, recordsOf, sha256, watchLifecycle } from '../../helper.js'
 import { startPostgres, type PostgresServer } from '../../postgres.js'
 
 let server: PostgresServer
@@ -17,7 +17,7 @@ afterAll(() => server?.close())
 
 let url: string
 let admin: pg.Client
-const sources: DirectorySource[] = []
+const lifecycles: Lifecycle[] = []
 beforeEach(async () => {
   url = await server.createDatabase()
   admin = new pg.Client({ connectionString: url })
@@ -25,7 +25,7 @@ beforeEach(async () => {
   await migrate(admin)
 })
 afterEach(async () => {
-  await Promise.all(sources.splice(0).map((source) => source.close()))
+  await Promise.all(lifecycles.splice(0).map((lifecycle) => lifecycle.close()))
   await admin.end()
 })
 
@@ -33,60 +33,31 @@ async function importData (data: DirectoryData) {
   await replaceDirectory(admin, data)
 }
 
-type SourceEvent = { installed: DirectoryData, change: string } | { refused: Error, change: string }
-
-/** A source over the test database, loaded and watched; `next()` waits for what it hands over next. */
+/** A lifecycle over the test database, loaded, followed, and an app serving it. */
 async function follow () {
+  const lifecycle = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
+  lifecycles.push(lifecycle)
+  const data = recordsOf(await lifecycle.load())
+  const watched = watchLifecycle(lifecycle)
+  const app = build({ snapshots: lifecycle })
+  return { data, app, lifecycle, ...watched }
+}
+
+/** Every record of the test database, as the replicas' reader reads it. */
+async function readDatabase () {
   const source = createPostgresSource({ url, connectTimeoutMs: 0 })
-  sources.push(source)
-  const data = await source.load()
-  const directory = createDirectory(source.name, data)
-  const events: SourceEvent[] = []
-  const waiting: Array<(event: SourceEvent) => void> = []
-  const deliver = (event: SourceEvent) => {
-    const waiter = waiting.shift()
-    if (waiter) waiter(event)
-    else events.push(event)
+  try {
+    return await readAll(source)
+  } finally {
+    await source.close()
   }
-  source.watch({
-    install (installed, change) {
-      directory.install(installed)
-      deliver({ installed, change })
-    },
-    reject (refused, change) {
-      directory.refused()
-      deliver({ refused, change })
-    }
-  })
-  const app = build({ snapshots: directory })
-  return {
-    data,
-    app,
-    next: () => new Promise<SourceEvent>((resolve) => {
-      const event = events.shift()
-      if (event) resolve(event)
-      else waiting.push(resolve)
-    })
-  }
-}
-
-async function installed (event: Promise<SourceEvent>) {
-  const result = await event
-  if (!('installed' in result)) throw new Error(`expected a snapshot, got a refusal: ${result.refused.message}`)
-  return result
-}
-
-async function refused (event: Promise<SourceEvent>) {
-  const result = await event
-  if (!('refused' in result)) throw new Error(`expected a refusal, got a snapshot (${result.change})`)
-  return result
 }
 
 describe('loading from PostgreSQL', () => {
   it('reads back exactly the records imported, in order', async () => {
     const data = makeData()
     await importData(data)
-    const { data: loaded } = await follow()
+    const loaded = await readDatabase()
     expect(loaded).toStrictEqual({ ...data, keys: [...data.keys].sort((a, b) => a.name.localeCompare(b.name)) })
   })
 
@@ -98,7 +69,7 @@ describe('loading from PostgreSQL', () => {
     await admin.query("INSERT INTO organizations (id, name) VALUES ('org_big', 'Big'), ('org_big2', 'Big 2')")
     await admin.query(`INSERT INTO members (organization_id, id, position, email, first_name, role)
       SELECT o, 'user_' || i, i, 'user' || i || '@big.example', 'First ' || i, 'org:member' FROM generate_series(1, 12500) AS i, unnest(ARRAY['org_big', 'org_big2']) AS o`)
-    const { data: loaded } = await follow()
+    const loaded = await readDatabase()
     expect(loaded.organizations.slice(0, 2)).toStrictEqual(data.organizations)
     const expected = Array.from({ length: 12500 }, (_, i) => ({ id: `user_${i + 1}`, email: `user${i + 1}@big.example`, first_name: `First ${i + 1}`, last_name: null, role: 'org:member' }))
     for (const organization of loaded.organizations.slice(2)) expect(organization.members.slice()).toStrictEqual(expected)
@@ -130,15 +101,15 @@ describe('loading from PostgreSQL', () => {
   it('refuses to start on a row the schemas refuse, naming table, row and field', async () => {
     await importData(makeData())
     await admin.query("UPDATE providers SET headquarters = 'ZZ' WHERE slug = 'provider-3'")
-    const source = createPostgresSource({ url, connectTimeoutMs: 0 })
-    sources.push(source)
-    await expect(source.load()).rejects.toThrow('table providers, row slug "provider-3": headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code')
+    const lifecycle = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
+    lifecycles.push(lifecycle)
+    await expect(lifecycle.load()).rejects.toThrow('table providers, row slug "provider-3": headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code')
   })
 
   it('refuses to start on a database without the schema', async () => {
-    const empty = createPostgresSource({ url: await server.createDatabase(), connectTimeoutMs: 0 })
-    sources.push(empty)
-    await expect(empty.load()).rejects.toThrow('the database schema is at version none, this build needs 1: run npm run db -- migrate')
+    const empty = createLifecycle(createPostgresSource({ url: await server.createDatabase(), connectTimeoutMs: 0 }))
+    lifecycles.push(empty)
+    await expect(empty.load()).rejects.toThrow('the database schema is at version none, this build needs 2: run npm run db -- migrate')
   })
 })
 
@@ -182,114 +153,140 @@ describe('constraints refuse bad rows at write time', () => {
 
 describe('following changes', () => {
   beforeEach(() => importData(makeData()))
+  const names = (res: { json(): { data: Array<{ name: string }> } }) => res.json().data.map((provider) => provider.name)
 
   it('applies a change made with plain SQL, reading only the part that changed', async () => {
-    const { app, data, next } = await follow()
+    const { app, lifecycle, until } = await follow()
+    const before = lifecycle.current()
     await admin.query("UPDATE providers SET name = 'Renamed' WHERE slug = 'provider-2'")
-    const { installed: after, change } = await installed(next())
-    expect(change).toBe('providers changed')
-    expect(after.endpoints).toBe(data.endpoints)
-    expect(after.organizations).toBe(data.organizations)
-    expect(after.keys).toBe(data.keys)
+    await until((data) => data.providers[1]?.name === 'Renamed')
+    const after = lifecycle.current()
+    expect(after.parts.endpoints).toBe(before.parts.endpoints)
+    expect(after.parts.organizations).toBe(before.parts.organizations)
+    expect(after.parts.keys).toBe(before.parts.keys)
     const res = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
-    expect(res.json().data.map((provider: { name: string }) => provider.name)).toEqual(['Provider 1', 'Renamed', 'Provider 3'])
+    expect(names(res)).toEqual(['Provider 1', 'Renamed', 'Provider 3'])
   })
 
-  it('revokes a key deleted with plain SQL', async () => {
-    const { app, data, next } = await follow()
+  it('revokes a key deleted with plain SQL, sharing every other key', async () => {
+    const { app, lifecycle, until } = await follow()
+    const before = lifecycle.current()
     expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(200)
     await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
-    const { installed: after } = await installed(next())
-    expect(after.organizations).toBe(data.organizations)
+    await until((data) => data.keys.length === 3)
+    expect(lifecycle.current().parts.organizations).toBe(before.parts.organizations)
+    expect(lifecycle.current().findKey(sha256(KEYS.alphaManagement))).toBe(before.findKey(sha256(KEYS.alphaManagement)))
     expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(401)
   })
 
   it('reads again the members of the organization that changed, and only those', async () => {
-    const { app, data, next } = await follow()
+    const { app, lifecycle, until } = await follow()
+    const alphaBefore = lifecycle.current().parts.organizations.byKey.get('org_alpha')
     // Imported members hold positions 0, 1, 2: this one ties with the second, and comes after it by id.
     await admin.query("INSERT INTO members (organization_id, id, position, email, first_name, last_name, role) VALUES ('org_beta', 'user_new', 1, 'new@beta.example', 'New', null, 'org:member')")
-    const { installed: after, change } = await installed(next())
-    expect(change).toBe('members of org_beta changed')
-    const [alpha, beta] = after.organizations
-    expect(alpha).toBe(data.organizations[0])
-    expect(beta!.members.slice().map((member) => member.id)).toEqual(['user_beta_0', 'user_beta_1', 'user_new', 'user_beta_2'])
+    const after = await until((data) => data.organizations[1]?.members.length === 4)
+    expect(after.organizations[0]).toBe(alphaBefore)
+    expect(after.organizations[1]!.members.slice().map((member) => member.id)).toEqual(['user_beta_0', 'user_beta_1', 'user_new', 'user_beta_2'])
     const res = await app.inject({ url: '/v1/organization/members', headers: bearer(KEYS.betaManagement) })
     expect(res.json().total_count).toBe(4)
     expect(res.json().data[2]).toEqual({ id: 'user_new', email: 'new@beta.example', first_name: 'New', last_name: null, role: 'org:member' })
   })
 
   it('keeps the order the operator sets, ties broken by id', async () => {
-    const { app, next } = await follow()
-    await admin.query("UPDATE members SET position = 0 WHERE organization_id = 'org_beta'")
-    await installed(next())
-    const res = await app.inject({ url: '/v1/organization/members', headers: bearer(KEYS.betaManagement) })
-    expect(res.json().data.map((member: { id: string }) => member.id)).toEqual(['user_beta_0', 'user_beta_1', 'user_beta_2'])
+    const { app, until } = await follow()
+    const order = async () => (await app.inject({ url: '/v1/organization/members', headers: bearer(KEYS.betaManagement) })).json().data.map((member: { id: string }) => member.id).join(',')
     await admin.query("UPDATE members SET position = -1 WHERE organization_id = 'org_beta' AND id = 'user_beta_2'")
-    await installed(next())
-    const again = await app.inject({ url: '/v1/organization/members', headers: bearer(KEYS.betaManagement) })
-    expect(again.json().data.map((member: { id: string }) => member.id)).toEqual(['user_beta_2', 'user_beta_0', 'user_beta_1'])
+    await until((data) => data.organizations[1]!.members.slice(0, 1)[0]!.id === 'user_beta_2')
+    expect(await order()).toBe('user_beta_2,user_beta_0,user_beta_1')
+    await admin.query("UPDATE members SET position = 0 WHERE organization_id = 'org_beta'")
+    await until((data) => data.organizations[1]!.members.slice(0, 1)[0]!.id === 'user_beta_0')
+    expect(await order()).toBe('user_beta_0,user_beta_1,user_beta_2')
   })
 
-  it('applies a transaction as one change', async () => {
-    const { app, next } = await follow()
+  it('applies a transaction to each kind it changed', async () => {
+    const { app, until } = await follow()
     await admin.query('BEGIN')
     await admin.query("INSERT INTO organizations (id, name) VALUES ('org_gamma', 'Gamma')")
     await admin.query("INSERT INTO members (organization_id, id, email, role) VALUES ('org_gamma', 'g1', 'g1@gamma.example', 'org:admin')")
-    await admin.query(`INSERT INTO keys VALUES ('gamma', '${'c'.repeat(64)}', 'management', 'org_gamma')`)
+    await admin.query(`INSERT INTO keys VALUES ('gamma', '${sha256('gamma-key')}', 'management', 'org_gamma')`)
     await admin.query('COMMIT')
-    const { installed: after } = await installed(next())
-    expect(after.organizations.map((organization) => organization.id)).toEqual(['org_alpha', 'org_beta', 'org_gamma'])
-    expect(after.keys.map((key) => key.name)).toContain('gamma')
-    const res = await app.inject({ url: '/v1/organization/members', headers: bearer(KEYS.betaManagement) })
-    expect(res.statusCode).toBe(200)
+    await until((data) => data.keys.some((key) => key.name === 'gamma') && data.organizations.length === 3)
+    const res = await app.inject({ url: '/v1/organization/members', headers: bearer('gamma-key') })
+    expect(res.json()).toEqual({ data: [{ id: 'g1', email: 'g1@gamma.example', first_name: null, last_name: null, role: 'org:admin' }], total_count: 1 })
   })
 
   it('reads every organization again when the list of those changed is too long to notify', async () => {
-    const { next } = await follow()
+    const { until } = await follow()
     // 300 organizations with 40-character ids: their list does not fit the 8000-byte payload.
     await admin.query(`INSERT INTO organizations (id, name) SELECT 'org_' || lpad(i::text, 36, '0'), 'Org ' || i FROM generate_series(1, 300) AS i`)
-    await installed(next())
+    await until((data) => data.organizations.length === 302)
     await admin.query(`INSERT INTO members (organization_id, id, email, role)
       SELECT 'org_' || lpad(i::text, 36, '0'), 'm', 'm@x.example', 'org:admin' FROM generate_series(1, 300) AS i`)
-    const { installed: after, change } = await installed(next())
-    expect(change).toBe('members changed')
-    expect(after.organizations).toHaveLength(302)
-    expect(after.organizations.slice(2).every((organization) => organization.members.length === 1)).toBe(true)
+    await until((data) => data.organizations.every((organization) => organization.members.length > 0))
   })
 
-  it('keeps serving the last good data when a row breaks a rule SQL cannot say, names the row, and takes the fix', async () => {
-    const { app, next } = await follow()
+  it('keeps serving the last good records of a part when a row breaks a rule SQL cannot say, names the row, and takes the fix', async () => {
+    const { app, refusal, until } = await follow()
     const before = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
     await admin.query("UPDATE providers SET headquarters = 'ZZ' WHERE slug = 'provider-2'")
-    const { refused: error, change } = await refused(next())
-    expect(change).toBe('providers changed')
-    expect(error.message).toBe('table providers, row slug "provider-2": headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code')
+    expect(await refusal()).toEqual({ part: 'providers', problem: 'table providers, row slug "provider-2": headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code' })
     const during = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
     expect(during.body).toBe(before.body)
     expect(during.headers.etag).toBe(before.headers.etag)
 
     await admin.query("UPDATE providers SET headquarters = 'DE' WHERE slug = 'provider-2'")
-    await installed(next())
+    await until((data) => data.providers[1]?.headquarters === 'DE')
     const after = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
-    expect(after.json().data[1].headquarters).toBe('DE')
     expect(after.headers.etag).not.toBe(before.headers.etag)
   })
 
+  it('revokes a key deleted in the same transaction as a change to a part whose last change was refused', async () => {
+    const { app, refusal, until } = await follow()
+    await admin.query("UPDATE providers SET headquarters = 'ZZ' WHERE slug = 'provider-2'")
+    expect((await refusal()).part).toBe('providers')
+    // The bad row is still there: the providers part is refused again, the key goes anyway.
+    await admin.query('BEGIN')
+    await admin.query("UPDATE providers SET name = 'Renamed' WHERE slug = 'provider-1'")
+    await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+    await admin.query('COMMIT')
+    await until((data) => data.keys.length === 3)
+    expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(401)
+    expect((await refusal()).part).toBe('providers')
+    expect(names(await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaManagement) }))).toEqual(['Provider 1', 'Provider 2', 'Provider 3'])
+    // Fixing the bad row brings the whole part back, the rename with it.
+    await admin.query("UPDATE providers SET headquarters = 'DE' WHERE slug = 'provider-2'")
+    await until((data) => data.providers[0]?.name === 'Renamed' && data.providers[1]?.headquarters === 'DE')
+  })
+
   it('names the member row a bad change is in', async () => {
-    const { next } = await follow()
+    const { refusal } = await follow()
     // A database whose operator dropped a constraint: the replicas still check.
     await admin.query('ALTER TABLE members DROP CONSTRAINT members_email_check')
     await admin.query("UPDATE members SET email = 'a@b.c d' WHERE organization_id = 'org_beta' AND id = 'user_beta_1'")
-    const { refused: error } = await refused(next())
-    expect(error.message).toBe('table members, row organization_id "org_beta", id "user_beta_1": email: "a@b.c d" is not an e-mail address')
+    expect(await refusal()).toEqual({ part: 'organizations', problem: 'table members, row organization_id "org_beta", id "user_beta_1": email: "a@b.c d" is not an e-mail address' })
   })
 
-  it('reads everything again on reload()', async () => {
-    const source = createPostgresSource({ url, connectTimeoutMs: 0 })
-    sources.push(source)
-    await source.load()
-    const reloaded = new Promise<string>((resolve, reject) => source.watch({ install: (_data, change) => resolve(change), reject }))
-    source.reload()
-    expect(await reloaded).toBe('full read')
+  it('reads every part again on reload()', async () => {
+    const { lifecycle, installs } = await follow()
+    lifecycle.reload()
+    expect(await installs(4)).toBe(4)
   })
+
+  it('revokes a key while every organization of many is being read again', async () => {
+    const organizations = 20_000
+    await admin.query(`INSERT INTO organizations (id, position, name) SELECT 'org_' || i, i, 'Org ' || i FROM generate_series(1, ${organizations}) AS i`)
+    await admin.query(`INSERT INTO members (organization_id, id, position, email, role)
+      SELECT 'org_' || i, 'user_' || m, m, 'user' || m || '@org' || i || '.example', 'org:member' FROM generate_series(1, ${organizations}) AS i, generate_series(1, 10) AS m`)
+    const { app, lifecycle, until } = await follow()
+    expect(lifecycle.current().counts().members).toBe(organizations * 10 + 253)
+    // One statement over every member: too many organizations to name, so all are read again.
+    await admin.query("UPDATE members SET first_name = 'Renamed' WHERE organization_id <> 'org_alpha'")
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+    const revoked = await until((data) => data.keys.length === 3)
+    expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(401)
+    // The revocation went in while the members were still being read: it did not wait for them.
+    expect(revoked.organizations.filter((organization) => organization.members.slice(0, 1)[0]?.first_name === 'Renamed')).toHaveLength(0)
+    await until((data) => data.organizations.every((organization) => organization.id === 'org_alpha' || organization.members.slice(0, 1)[0]?.first_name === 'Renamed'))
+  }, 60_000)
 })
