@@ -206,9 +206,10 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
   const states: Array<{ up: boolean, problem?: string }> = []
   let installed = 0
   lifecycle.follow({
-    info (_object, message) {
-      if (message === 'change installed') installed++
-      if (message === 'following changes again') states.push({ up: true })
+    info (object: { change?: string }, message) {
+      // Kinds read together are installed together, their changes joined by '; '.
+      if (message === 'change installed') installed += String(object.change).split('; ').length
+      if (message.startsWith('following changes again')) states.push({ up: true })
     },
     error (object: { part?: string, problem?: string }, message) {
       if (message.startsWith('change refused')) refusals.push({ part: object.part!, problem: object.problem! })

@@ -47,15 +47,16 @@ describe('data that changes while the server runs (files)', () => {
     await replaceFile('keys.json', makeData().keys.filter((key) => key.name !== 'alpha-standard'))
     while (await status('/v1/providers', KEYS.alphaStandard) !== 401);
     expect(await status('/v1/providers', KEYS.alphaManagement)).toBe(200)
-    expect(await logLine('directory reloaded')).toMatchObject({ change: 'files changed', source: 'files', records: { keys: 3 } })
+    expect(await logLine('change installed')).toMatchObject({ change: 'keys: all read again', records: { keys: 3 } })
   })
 
   it('refuses a bad change with one log line naming file, record and field, and keeps serving the data it has', async () => {
     await writeData(makeData())
     server = await startServer({ FIXTURES_DIR: dir })
     await replaceFile('keys.json', [...makeData().keys, { name: 'typo', sha256: sha256('new'), kind: 'admin', organization_id: 'org_alpha' }])
-    expect(await logLine('change refused; the current data keeps serving')).toMatchObject({
+    expect(await logLine('change refused: keys keeps its last good records, the other parts follow their changes')).toMatchObject({
       level: 50,
+      part: 'keys',
       problem: 'keys.json: [4].kind: "admin" is not one of "standard", "management"'
     })
     expect(await status('/v1/organization/members', KEYS.alphaManagement)).toBe(200)
@@ -72,7 +73,7 @@ describe('data that changes while the server runs (files)', () => {
     server = await startServer({ FIXTURES_DIR: dir })
     const before = server.output().length
     server.process.kill('SIGHUP')
-    expect(await logLine('directory reloaded', before)).toMatchObject({ change: 'reload requested' })
+    expect(await logLine('change installed', before)).toMatchObject({ change: expect.stringMatching(/: all read again$/) })
     expect(await status('/v1/providers', KEYS.alphaStandard)).toBe(200)
     expect(server.process.exitCode).toBeNull()
   })

@@ -76,7 +76,7 @@ function waitForLog (server: RunningServer, seen: number, match: (line: LogLine)
 }
 
 const logLines = (server: RunningServer) => server.output().split('\n').filter((text) => text.startsWith('{')).length
-const reloadedWith = (change: string) => (line: LogLine) => line.msg === 'directory reloaded' && String(line.change).includes(change)
+const installedWith = (change: string) => (line: LogLine) => line.msg === 'change installed' && String(line.change).includes(change)
 
 async function status (server: RunningServer, path: string, key: string) {
   const res = await fetch(`${server.url}${path}`, { headers: { authorization: `Bearer ${key}` } })
@@ -94,13 +94,13 @@ describe('replicas on one PostgreSQL database', () => {
     const key = stdout.trim()
     expect(stderr).toContain('recorded management key "replicated" for org_beta in table keys of postgresql://postgres@127.0.0.1')
     for (const [index, replica] of replicas.entries()) {
-      marks[index] = (await waitForLog(replica, marks[index]!, reloadedWith('keys changed'))).seen
+      marks[index] = (await waitForLog(replica, marks[index]!, installedWith('keys: '))).seen
       expect(await status(replica, '/v1/organization/members', key)).toBe(200)
     }
 
     await run(process.execPath, ['dist/cli/mint-key.js', 'revoke', '--name', 'replicated'], { env })
     for (const [index, replica] of replicas.entries()) {
-      await waitForLog(replica, marks[index]!, reloadedWith('keys changed'))
+      await waitForLog(replica, marks[index]!, installedWith('keys: '))
       expect(await status(replica, '/v1/organization/members', key)).toBe(401)
       expect(await status(replica, '/v1/organization/members', KEYS.betaManagement)).toBe(200)
     }
@@ -123,7 +123,7 @@ describe('replicas on one PostgreSQL database', () => {
     await database.stop()
     try {
       marks = await Promise.all(replicas.map(async (replica, index) => (await waitForLog(replica, marks[index]!, (line) =>
-        line.msg === 'change refused; the current data keeps serving' && String(line.problem).includes('lost the connection to PostgreSQL'))).seen))
+        line.msg === 'cannot follow changes; the data read last keeps serving' && String(line.problem).includes('lost the connection to PostgreSQL'))).seen))
       for (const replica of replicas) {
         expect(await status(replica, '/v1/providers', KEYS.alphaStandard)).toBe(200)
         expect(await status(replica, '/v1/organization/members?limit=100', KEYS.alphaManagement)).toBe(200)
@@ -131,12 +131,12 @@ describe('replicas on one PostgreSQL database', () => {
     } finally {
       await database.start()
     }
-    const resyncs = await Promise.all(replicas.map((replica, index) => waitForLog(replica, marks[index]!, reloadedWith('reconnected to PostgreSQL: full read'))))
-    for (const { line } of resyncs) expect(line.change).toMatch(/the data served was up to \d+ ms stale/)
+    const resyncs = await Promise.all(replicas.map((replica, index) => waitForLog(replica, marks[index]!, (line) => line.msg === 'following changes again; every part is read again')))
+    for (const { line } of resyncs) expect(line.unfollowed_ms).toBeGreaterThan(0)
 
     await sql("DELETE FROM keys WHERE name = 'alpha-standard'")
     for (const [index, replica] of replicas.entries()) {
-      await waitForLog(replica, resyncs[index]!.seen, reloadedWith('keys changed'))
+      await waitForLog(replica, resyncs[index]!.seen, installedWith('keys: "alpha-standard"'))
       expect(await status(replica, '/v1/providers', KEYS.alphaStandard)).toBe(401)
     }
   })

@@ -5,6 +5,13 @@ import type { Source } from './source.js'
 /** Notices that arrive within this time of the first are read together: a script's burst becomes one read. */
 const COALESCE_MS = 20
 
+/**
+ * Kinds whose reads started together (one transaction, one swap of a Kubernetes volume) are
+ * installed together when they finish within this time of each other: a key moved to a new
+ * organization does not reach requests before the organization does. Past it, each goes alone.
+ */
+const TOGETHER_MS = 50
+
 /** A failed read is tried again after 100 ms, then twice as long each time, up to this. */
 const MAX_BACKOFF_MS = 5000
 
@@ -47,6 +54,8 @@ interface Lane {
   /** Keys named since the last read, or `all`; undefined when nothing is waiting. */
   pending: Set<string> | 'all' | undefined
   running: boolean
+  /** When its current read started. */
+  startedAt: number
   timer: NodeJS.Timeout | undefined
   failures: number
   /** Its last change was refused: the next read is of the whole kind, so that a fix brings everything back. */
@@ -67,10 +76,12 @@ export function createLifecycle (source: Source) {
   let version = 0
   let log: LifecycleLog | undefined
   let following = true
+  /** When changes stopped being followed, while they are not. */
+  let unfollowedAt = 0
   let closed = false
   const reloads = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['reloads']
   const lanes = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, {
-    pending: undefined, running: false, timer: undefined, failures: 0, refused: false, compacting: false
+    pending: undefined, running: false, startedAt: 0, timer: undefined, failures: 0, refused: false, compacting: false
   } satisfies Lane])) as Record<RecordKind, Lane>
 
   const snapshot = () => {
@@ -110,16 +121,16 @@ export function createLifecycle (source: Source) {
     lane.pending = undefined
     if (work === undefined || closed) return
     lane.running = true
+    lane.startedAt = performance.now()
     const change = describe(kind, work)
     try {
       const read = await source.read(kind, work === 'all' ? 'all' : [...work], current)
       const part = await applyChange(snapshot().parts[kind], read)
       if (closed) return
-      install(snapshot().withPart(kind, part, ++version))
+      await installTogether(kind, part, change)
       reloads[kind].succeeded++
       lane.refused = false
       lane.failures = 0
-      log?.info({ change, snapshot: { version, fingerprint: current!.fingerprint }, records: current!.counts() }, 'change installed')
     } catch (error) {
       if (closed) return
       if (error instanceof DataError) {
@@ -142,6 +153,36 @@ export function createLifecycle (source: Source) {
 
   function install (next: Snapshot) {
     current = next
+  }
+
+  /** Parts read and waiting for the other reads of their group, and what to call once installed. */
+  const ready = new Map<RecordKind, { part: Snapshot['parts'][RecordKind], change: string, done: () => void }>()
+  let readyTimer: NodeJS.Timeout | undefined
+
+  /** Installs the part, with the parts of the reads that started with it (TOGETHER_MS), in one snapshot. */
+  function installTogether (kind: RecordKind, part: Snapshot['parts'][RecordKind], change: string) {
+    return new Promise<void>((resolve) => {
+      ready.set(kind, { part, change, done: resolve })
+      const started = lanes[kind].startedAt
+      const others = RECORD_KINDS.some((other) => other !== kind && !ready.has(other) &&
+        ((lanes[other].running && Math.abs(lanes[other].startedAt - started) <= COALESCE_MS) || lanes[other].timer !== undefined))
+      if (!others) installReady()
+      else readyTimer ??= setTimeout(installReady, TOGETHER_MS)
+    })
+  }
+
+  function installReady () {
+    clearTimeout(readyTimer)
+    readyTimer = undefined
+    if (ready.size === 0) return
+    let next = snapshot()
+    version++
+    for (const [kind, { part }] of ready) next = next.withPart(kind, part as never, version)
+    install(next)
+    const changes = [...ready.values()]
+    ready.clear()
+    log?.info({ change: changes.map(({ change }) => change).join('; '), snapshot: { version, fingerprint: next.fingerprint }, records: next.counts() }, 'change installed')
+    for (const { done } of changes) done()
   }
 
   /** Folds the kind's overlays into new bases, off to the side, and moves the snapshot onto them. */
@@ -180,8 +221,9 @@ export function createLifecycle (source: Source) {
         following (up, problem) {
           if (up === following) return
           following = up
-          if (up) logger.info({ source: source.name }, 'following changes again')
-          else logger.error({ source: source.name, problem: problem?.message }, 'cannot follow changes; the data read last keeps serving')
+          if (up) logger.info({ source: source.name, unfollowed_ms: Date.now() - unfollowedAt }, 'following changes again; every part is read again')
+          else unfollowedAt = Date.now()
+          if (!up) logger.error({ source: source.name, problem: problem?.message }, 'cannot follow changes; the data read last keeps serving')
         }
       })
     },

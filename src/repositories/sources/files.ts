@@ -102,14 +102,15 @@ export function createFileSource (dir: string): Source {
 
   /** Tells of the files whose signature changed since last seen. */
   async function lookAtFiles () {
-    for (const kind of RECORD_KINDS) {
-      const signature = await signatureOf(join(dir, KINDS[kind].file))
-      if (closed) return
-      if (signature !== seen.get(kind)) {
-        seen.set(kind, signature)
+    // All looked at before any is told of: files swapped together are read together.
+    const signatures = await Promise.all(RECORD_KINDS.map((kind) => signatureOf(join(dir, KINDS[kind].file))))
+    if (closed) return
+    RECORD_KINDS.forEach((kind, index) => {
+      if (signatures[index] !== seen.get(kind)) {
+        seen.set(kind, signatures[index]!)
         events?.changed(kind)
       }
-    }
+    })
   }
 
   function scheduleLook () {
