@@ -14,6 +14,7 @@ import shutdown from './plugins/shutdown.js'
 import metrics from './plugins/metrics.js'
 import rateLimit from './plugins/rate-limit.js'
 import cors from './plugins/cors.js'
+import indexRoutes from './routes/index.js'
 import healthRoutes from './routes/health.js'
 import metricsRoutes from './routes/metrics.js'
 import providerRoutes from './routes/v1/providers.js'
@@ -121,6 +122,7 @@ export function buildApp ({ snapshots, log, settings }: AppOptions) {
   if (origins.length > 0) app.register(cors, { origins })
 
   // Outside /v1, so outside its authentication (and its rate limits).
+  app.register(indexRoutes, { metrics: config.METRICS })
   app.register(healthRoutes)
   if (config.METRICS) app.register(metricsRoutes)
 

@@ -63,7 +63,28 @@ function count (data: Awaited<ReturnType<typeof loadFixtures>>) {
   return `${providers} providers, ${endpoints} endpoints, ${organizations} organizations with ${members} members, ${keys} keys`
 }
 
+/**
+ * PostgreSQL's refusal alone (`permission denied for schema public`) names neither the role nor the
+ * fix. Since PostgreSQL 15 only the database's owner may create in schema public, so the usual
+ * `GRANT ALL ON DATABASE` recipe is not enough for migrate: say so, and what to run as a superuser.
+ */
+function describeFailure (error: Error & { code?: string }, url: string | undefined): string {
+  const message = error.message.split('\n')[0]!
+  // 42501: insufficient_privilege.
+  if (error.code !== '42501' || !url) return message
+  const { username, pathname } = new URL(url)
+  const role = username ? `"${decodeURIComponent(username)}"` : 'the role of DATABASE_URL'
+  const database = `"${decodeURIComponent(pathname.slice(1)) || decodeURIComponent(username)}"`
+  if (/ schema /.test(message)) {
+    return `${message}: ${role} may not create tables in database ${database} (PostgreSQL 15 and later let only the database's owner create in schema public). ` +
+      `As a superuser, make the role own the database: ALTER DATABASE ${database} OWNER TO ${role}; or, connected to it, GRANT CREATE ON SCHEMA public TO ${role}`
+  }
+  return `${message}: ${role} lacks rights on the directory's tables in database ${database}. ` +
+    'Run npm run db as the role that ran migrate (the tables\' owner), or, as that role, ' +
+    `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${role}`
+}
+
 main().catch((error: Error) => {
-  process.stderr.write(`${error.message.split('\n')[0]}\n`)
+  process.stderr.write(`${describeFailure(error, process.env.DATABASE_URL)}\n`)
   process.exit(1)
 })

@@ -50,12 +50,41 @@ function explain (error: ValueError): string {
     case ValueErrorType.ObjectRequiredProperty:
       return 'is required'
     case ValueErrorType.ObjectAdditionalProperties:
-      return 'is not a known field'
+      return unknownFieldMessage(fieldOf(error.path), Object.keys(error.schema.properties ?? {}))
     case ValueErrorType.StringFormat:
       return formatMessage(error.schema, value)
     default:
       return `${value}: ${error.message.charAt(0).toLowerCase()}${error.message.slice(1)}`
   }
+}
+
+/**
+ * A typo is the usual unknown field (`headquarter`), and refusing it without saying what was meant
+ * leaves the reader to compare it with the documentation by eye: the nearest known field is named when
+ * it is a slip away (at most two edits, and fewer than a third of the name's letters).
+ */
+function unknownFieldMessage (field: string, known: string[]): string {
+  let best: string | undefined
+  let bestDistance = Infinity
+  for (const candidate of known) {
+    const distance = editDistance(field.toLowerCase(), candidate.toLowerCase())
+    if (distance < bestDistance) [best, bestDistance] = [candidate, distance]
+  }
+  const close = best !== undefined && bestDistance <= Math.min(2, Math.ceil(field.length / 3))
+  return close ? `is not a known field; did you mean "${best}"?` : 'is not a known field'
+}
+
+/** Levenshtein distance: insertions, deletions and substitutions, one row at a time. */
+function editDistance (a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i]
+    for (let j = 1; j <= b.length; j++) {
+      row[j] = Math.min(previous[j]! + 1, row[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1))
+    }
+    previous = row
+  }
+  return previous[b.length]!
 }
 
 function formatMessage (schema: TSchema, value: string): string {

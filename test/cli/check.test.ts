@@ -31,4 +31,19 @@ describe('npm run check', () => {
     expect(stdout).toBe('')
     expect(stderr).toBe('invalid: providers.json: [0].headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code\n')
   })
+
+  it('names the known field an unknown one was probably meant to be, in any file', async () => {
+    await writeFile(join(dir, 'providers.json'), JSON.stringify([{ name: 'A', slug: 'a', privacy_policy_url: null, headquarter: 'US' }]))
+    expect((await check('--fixtures-dir', dir)).stderr)
+      .toBe('invalid: providers.json: [0].headquarter: is not a known field; did you mean "headquarters"?\n')
+    await cp('fixtures/providers.json', join(dir, 'providers.json'))
+    await writeFile(join(dir, 'organizations.json'), JSON.stringify([{ id: 'o', name: 'O', members: [{ id: 'u', email: 'u@o.example', first_name: 'Ada', last_name: null, role: 'org:admin', roles: ['billing'] }] }]))
+    expect((await check('--fixtures-dir', dir)).stderr)
+      .toBe('invalid: organizations.json: [0].members[0].roles: is not a known field; did you mean "role"?\n')
+  })
+
+  it('suggests nothing for an unknown field unlike any known one', async () => {
+    await writeFile(join(dir, 'providers.json'), JSON.stringify([{ name: 'A', slug: 'a', privacy_policy_url: null, website: 'https://a.example' }]))
+    expect((await check('--fixtures-dir', dir)).stderr).toBe('invalid: providers.json: [0].website: is not a known field\n')
+  })
 })

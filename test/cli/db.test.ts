@@ -64,6 +64,45 @@ describe('npm run db -- migrate', () => {
   })
 })
 
+describe('npm run db with a role that lacks the rights', () => {
+  // A role of its own per test (roles belong to the whole cluster), with PostgreSQL's usual recipe:
+  // the right to connect and create schemas in the database, which PostgreSQL 15 no longer extends to
+  // creating tables in schema public.
+  let roles = 0
+  async function roleWithDatabaseGrants () {
+    const role = `directory_${++roles}`
+    const database = new URL(url).pathname.slice(1)
+    await query(`CREATE ROLE ${role} LOGIN`)
+    await query(`GRANT ALL ON DATABASE ${database} TO ${role}`)
+    const roleUrl = new URL(url)
+    roleUrl.username = role
+    return { role, database, roleUrl: roleUrl.href }
+  }
+
+  it('migrate names the fix for "permission denied for schema public", and the fix works', async () => {
+    const { role, database, roleUrl } = await roleWithDatabaseGrants()
+    await expect(db(roleUrl, 'migrate')).rejects.toMatchObject({
+      code: 1,
+      stderr: `permission denied for schema public: "${role}" may not create tables in database "${database}" (PostgreSQL 15 and later let only the database's owner create in schema public). ` +
+        `As a superuser, make the role own the database: ALTER DATABASE "${database}" OWNER TO "${role}"; or, connected to it, GRANT CREATE ON SCHEMA public TO "${role}"\n`
+    })
+    await query(`ALTER DATABASE "${database}" OWNER TO "${role}"`)
+    expect((await db(roleUrl, 'migrate')).stderr).toContain('applied version 1')
+  })
+
+  it('import names the fix when another role owns the tables, and the fix works', async () => {
+    await db(url, 'migrate')
+    const { role, database, roleUrl } = await roleWithDatabaseGrants()
+    await writeData(dir, makeData())
+    const failure = await db(roleUrl, 'import', '--fixtures-dir', dir).catch((error) => error)
+    expect(failure.code).toBe(1)
+    expect(failure.stderr).toMatch(new RegExp(`^permission denied for table \\w+: "${role}" lacks rights on the directory's tables in database "${database}"\\. ` +
+      `Run npm run db as the role that ran migrate \\(the tables' owner\\), or, as that role, GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "${role}"\n$`))
+    await query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "${role}"`)
+    expect((await db(roleUrl, 'import', '--fixtures-dir', dir)).stderr).toContain('imported 3 providers')
+  })
+})
+
 describe('npm run db -- import and export', () => {
   beforeEach(async () => { await db(url, 'migrate') })
 

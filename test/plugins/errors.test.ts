@@ -5,7 +5,7 @@ import { portOf, rawRequest } from '../raw-http.js'
 const accessLines = (lines: Array<Record<string, unknown>>) => lines.filter((line) => line.msg === 'request completed')
 
 describe('the error shape', () => {
-  it.each(['/v1/nothing-here', '/nothing-here', '/', '/v1', '/v2/providers'])('answers 404 with the error shape for %s', async (url) => {
+  it.each(['/v1/nothing-here', '/nothing-here', '/v1', '/v1/', '/v2/providers'])('answers 404 with the error shape for %s', async (url) => {
     const app = build()
     const res = await app.inject({ url, headers: bearer(KEYS.alphaManagement) })
     expect(res.statusCode).toBe(404)

@@ -52,7 +52,7 @@ describe('loading fixtures', () => {
     ['a missing privacy_policy_url', { providers: [{ name: 'A', slug: 'a' }] },
       'providers.json: [0].privacy_policy_url: is required'],
     ['an unknown field', { providers: [{ ...makeProvider(0), headquarter: 'US' }] },
-      'providers.json: [0].headquarter: is not a known field'],
+      'providers.json: [0].headquarter: is not a known field; did you mean "headquarters"?'],
     ['a duplicate slug', { providers: [makeProvider(0), makeProvider(0)] },
       'providers.json: [1].slug: "provider-0" duplicates [0].slug'],
     ['a fractional context length', { endpoints: [makeEndpoint(0), makeEndpoint(1, { context_length: 1.5 })] },

@@ -1,0 +1,43 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { Type } from '@sinclair/typebox'
+import { packageInfo } from '../package-info.js'
+
+const IndexSchema = Type.Object({
+  name: Type.String(),
+  version: Type.String(),
+  operations: Type.Array(Type.Object({ id: Type.String(), method: Type.Literal('GET'), path: Type.String() })),
+  docs: Type.String(),
+  openapi: Type.Array(Type.String()),
+  metrics: Type.Optional(Type.String()),
+  probes: Type.Object({ liveness: Type.String(), readiness: Type.String() })
+})
+
+// The operations of the OpenAPI document, by its operation ids (a test holds the two equal).
+const OPERATIONS = [
+  { id: 'listProviders', method: 'GET' as const, path: '/v1/providers' },
+  { id: 'listEndpointsZdr', method: 'GET' as const, path: '/v1/endpoints/zdr' },
+  { id: 'listOrganizationMembers', method: 'GET' as const, path: '/v1/organization/members' }
+]
+
+/**
+ * GET /: what this server is and where its parts are, for someone who opens its address in a
+ * browser or curls it first (a bare 404 there told them nothing). Outside /v1, so without a key,
+ * like the probes and the contract. Addresses are paths on this server, not absolute URLs: the Host
+ * a request names is the client's word, and a proxy in front may rewrite it.
+ */
+const indexRoutes: FastifyPluginAsyncTypebox<{ metrics: boolean }> = async (app, { metrics }) => {
+  app.get('/', {
+    // Not an operation of the API (whose paths are relative to /v1): left out of the OpenAPI document.
+    schema: { hide: true, summary: 'What this server is, and the addresses of its parts', response: { 200: IndexSchema } }
+  }, async () => ({
+    ...await packageInfo(),
+    operations: OPERATIONS,
+    docs: '/docs',
+    openapi: ['/v1/openapi.json', '/v1/openapi.yaml'],
+    // METRICS=false answers /metrics with a 404: then it is not named.
+    ...(metrics ? { metrics: '/metrics' } : {}),
+    probes: { liveness: '/health', readiness: '/ready' }
+  }))
+}
+
+export default indexRoutes
