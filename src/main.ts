@@ -4,7 +4,6 @@ import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { loadConfig } from './config.js'
 import { createDirectory } from './repositories/directory.js'
-import { holdListCompression } from './repositories/views.js'
 import { createFileSource } from './repositories/sources/files.js'
 import type { DirectorySource } from './repositories/source.js'
 import { createLogStream } from './log-stream.js'
@@ -35,8 +34,6 @@ async function main () {
 
   // JSON lines for log collectors; readable lines only when a person watches a terminal.
   const destination = process.stdout.isTTY ? undefined : createLogStream()
-  // The lists' compression waits until the server listens: the first answer comes sooner.
-  const releaseCompression = holdListCompression()
   const directory = createDirectory(source.name, data)
   const app = buildApp({
     snapshots: directory,
@@ -74,7 +71,6 @@ async function main () {
     // A port in use, an address this host does not have: as plain as a bad setting.
     refuseToStart(error)
   }
-  releaseCompression()
   app.log.info({ source: source.name, location: source.location, records: directory.info().records }, 'directory loaded')
   // The start-up lines are worth seeing at once, not up to a second later.
   destination?.flush()
