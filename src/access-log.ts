@@ -1,5 +1,5 @@
 import { LogController, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify'
-import pino, { type Bindings, type ChildLoggerOptions } from 'pino'
+import type { Bindings, ChildLoggerOptions } from 'pino'
 import { truncate } from './truncate.js'
 
 /** Node.js accepts URLs of up to 16 KiB; a line keeps the first KiB, enough to tell any request of ours. */
@@ -24,66 +24,16 @@ export function logRequestCompleted (request: FastifyRequest, reply: FastifyRepl
   // The request's own bindings as the line's first fields: the same line as its child logger writes.
   const lazy = log instanceof RequestLogger
   const logger = lazy ? log.parent : log
-  const bindings = lazy ? log.bindings : undefined
-  const url = truncate(request.url, LOGGED_URL_MAX)
-  // Milliseconds to the microsecond: the digits beyond are noise, and each access line costs its bytes.
-  const responseTime = Math.round(reply.elapsedTime * 1000) / 1000
-  if (!error && bindings !== undefined && writesPlainLines(logger)) {
-    if (logger[pino.symbols.levelValSym] <= INFO) writeAccessLine(logger, bindings, request.method, url, reply.statusCode, responseTime)
-    return
+  const line = {
+    ...(lazy ? log.bindings : undefined),
+    method: request.method,
+    url: truncate(request.url, LOGGED_URL_MAX),
+    statusCode: reply.statusCode,
+    // Milliseconds to the microsecond: the digits beyond are noise, and each access line costs its bytes.
+    responseTime: Math.round(reply.elapsedTime * 1000) / 1000
   }
-  const line = { ...bindings, method: request.method, url, statusCode: reply.statusCode, responseTime }
   if (error) logger.error({ ...line, err: error }, 'request errored')
   else logger.info(line, 'request completed')
-}
-
-const INFO = 30
-
-/** A pino logger, seen through the symbols pino exports for such uses. */
-interface PinoInternals {
-  [pino.symbols.levelValSym]: number
-  [pino.symbols.lsCacheSym]: Record<number, string>
-  [pino.symbols.timeSym]: () => string
-  [pino.symbols.chindingsSym]: string
-  [pino.symbols.streamSym]: { write(line: string): void }
-}
-
-/**
- * Whether the logger writes its lines as pino does by default (app.ts sets no formatter, mixin or
- * hook, and leaves the field names alone), so that writeAccessLine may compose the same text itself.
- */
-function writesPlainLines (logger: unknown): logger is PinoInternals {
-  if (typeof logger !== 'object' || logger === null) return false
-  let plain = plainLoggers.get(logger)
-  if (plain === undefined) plainLoggers.set(logger, plain = checkPlainLines(logger))
-  return plain
-}
-
-// Answered once per logger (an app has one), not once per access line.
-const plainLoggers = new WeakMap<object, boolean>()
-
-function checkPlainLines (logger: object): boolean {
-  const symbols = pino.symbols
-  const candidate = logger as Partial<Record<symbol, unknown>>
-  return typeof candidate[symbols.streamSym] === 'object' &&
-    candidate[symbols.mixinSym] === undefined &&
-    (candidate[symbols.hooksSym] as { streamWrite?: unknown } | undefined)?.streamWrite === undefined &&
-    (candidate[symbols.formattersSym] as { log?: unknown } | undefined)?.log === undefined &&
-    candidate[symbols.messageKeySym] === 'msg'
-}
-
-/**
- * The access line, composed as pino composes it (its level and time prefix, the logger's bindings,
- * then the fields in order), without the object of fields and pino's walk over it: the access line
- * was the costliest feature of a request. test/access-log.test.ts holds it equal to pino's own line.
- */
-function writeAccessLine (logger: PinoInternals, bindings: Bindings, method: string, url: string, statusCode: number, responseTime: number) {
-  let fields = ''
-  for (const name in bindings) {
-    if (bindings[name] !== undefined) fields += `,${JSON.stringify(name)}:${JSON.stringify(bindings[name])}`
-  }
-  const symbols = pino.symbols
-  logger[symbols.streamSym].write(`${logger[symbols.lsCacheSym][INFO]}${logger[symbols.timeSym]()}${logger[symbols.chindingsSym]}${fields},"method":${JSON.stringify(method)},"url":${JSON.stringify(url)},"statusCode":${statusCode},"responseTime":${responseTime},"msg":"request completed"}\n`)
 }
 
 type LogArguments = [object: unknown, message?: string, ...values: unknown[]]

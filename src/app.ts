@@ -5,14 +5,13 @@ import { AccessLogController, requestLogger } from './access-log.js'
 import { corsOrigins, loadConfig, type Config, type ConnectionLimits } from './config.js'
 import type { Snapshots } from './repositories/lifecycle.js'
 import errors, { clientErrorHandler, frameworkErrors } from './plugins/errors.js'
-import snapshot from './plugins/snapshot.js'
 import auth from './plugins/auth.js'
 import openapi from './plugins/openapi.js'
-import requestId, { requestIdOf } from './plugins/request-id.js'
+import { requestIdOf } from './plugins/request-id.js'
 import requestChecks from './plugins/request-checks.js'
 import shutdown from './plugins/shutdown.js'
 import metrics from './plugins/metrics.js'
-import rateLimit from './plugins/rate-limit.js'
+import { createRateLimits } from './plugins/rate-limit.js'
 import cors from './plugins/cors.js'
 import indexRoutes from './routes/index.js'
 import healthRoutes from './routes/health.js'
@@ -21,8 +20,10 @@ import providerRoutes from './routes/v1/providers.js'
 import endpointRoutes from './routes/v1/endpoints.js'
 import organizationRoutes from './routes/v1/organization.js'
 import openapiDocumentRoutes from './routes/v1/openapi.js'
+import { createSenders } from './routes/v1/send.js'
 import docsPage from './routes/docs.js'
 import { compilersFactory } from './schema-compilers.js'
+import { SharedErrorResponses } from './schemas/common.js'
 
 export interface LogOptions {
   level: string
@@ -113,7 +114,7 @@ export function buildApp ({ snapshots, log, settings }: AppOptions) {
 
   app.register(errors)
   app.register(openapi)
-  app.register(requestId)
+  // The first hook of every request: its id on the answer, then the checks of the request as a whole.
   app.register(requestChecks, { bodyLimit: BODY_LIMIT_BYTES })
   app.register(shutdown)
   // First of the hooks that measure, so that the time of the others counts.
@@ -127,18 +128,27 @@ export function buildApp ({ snapshots, log, settings }: AppOptions) {
   if (config.METRICS) app.register(metricsRoutes)
 
   app.register(async (v1) => {
-    await v1.register(snapshot, { snapshots })
-    // Before auth: the per-address limit is checked before a key is hashed; the per-key one runs
-    // once auth has found the key.
-    await v1.register(rateLimit, {
+    // The error answers every operation may give, documented once for all of them.
+    v1.addHook('onRoute', (route) => {
+      route.schema = { ...route.schema, response: { ...SharedErrorResponses, ...route.schema?.response as object } }
+    })
+    // One counter a request: a valid key counts against its own limit, a request without one against
+    // its address's (rate-limit.ts).
+    const { limitRefusals, limitKey } = await createRateLimits(v1, {
       perMinute: config.RATE_LIMIT_PER_MINUTE,
       anonymousPerMinute: config.RATE_LIMIT_ANONYMOUS_PER_MINUTE,
       redisUrl: config.REDIS_URL
     })
-    await v1.register(auth)
-    await v1.register(providerRoutes)
-    await v1.register(endpointRoutes)
-    await v1.register(organizationRoutes)
+    // Pins the snapshot and authenticates; a request without a valid key is counted by its address,
+    // then refused.
+    await v1.register(auth, { snapshots, limitRefusals })
+    // After auth in the scope's order: the key is known.
+    if (limitKey) v1.addHook('onRequest', limitKey)
+    // Answers vary on Accept-Encoding, and with CORS on Origin too: the routes set Vary whole.
+    const send = createSenders(origins.length > 0 ? 'Origin, Accept-Encoding' : 'Accept-Encoding')
+    await v1.register(providerRoutes, { send })
+    await v1.register(endpointRoutes, { send })
+    await v1.register(organizationRoutes, { send })
   }, { prefix: '/v1' })
 
   // The contract is public: a reader needs no key to learn how to call us. Its routes get a scope of

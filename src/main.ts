@@ -4,7 +4,6 @@ import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { loadConfig } from './config.js'
 import { createLifecycle, type Lifecycle } from './repositories/lifecycle.js'
-import { holdListCompression } from './repositories/views.js'
 import { createFileSource } from './repositories/sources/files.js'
 import type { Source } from './repositories/source.js'
 import { createLogStream } from './log-stream.js'
@@ -21,8 +20,6 @@ async function main () {
   let config
   let source: Source
   let lifecycle: Lifecycle
-  // The lists' compression waits until the server listens: the first answer comes sooner.
-  const releaseCompression = holdListCompression()
   try {
     config = loadConfig()
     // The PostgreSQL client is loaded only for PostgreSQL, not on every start.
@@ -66,7 +63,6 @@ async function main () {
     // A port in use, an address this host does not have: as plain as a bad setting.
     refuseToStart(error)
   }
-  releaseCompression()
   const { version, fingerprint, records } = lifecycle.info()
   app.log.info({ source: source.name, location: source.location, snapshot: { version, fingerprint }, records, docs: `${address}/docs` }, `directory loaded; the API reference is at ${address}/docs`)
   // The start-up lines are worth seeing at once, not up to a second later.

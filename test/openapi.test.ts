@@ -80,9 +80,9 @@ describe('the OpenAPI document', () => {
   it('documents 200 and each error status, errors with the shared Error schema, every response with a description and an example', () => {
     const statuses = Object.fromEntries(operations.map(({ operation }) => [operation.operationId, Object.keys(operation.responses)]))
     expect(statuses).toEqual({
-      listProviders: ['200', '304', '400', '401', '413', '429', '500'],
-      listEndpointsZdr: ['200', '304', '400', '401', '413', '429', '500'],
-      listOrganizationMembers: ['200', '400', '401', '403', '404', '413', '429', '500']
+      listProviders: ['200', '304', '400', '401', '413', '417', '429', '500'],
+      listEndpointsZdr: ['200', '304', '400', '401', '413', '417', '429', '500'],
+      listOrganizationMembers: ['200', '304', '400', '401', '403', '404', '413', '417', '429', '500']
     })
     for (const { operation } of operations) {
       for (const [status, response] of Object.entries(operation.responses)) {
@@ -138,7 +138,7 @@ describe('the OpenAPI document', () => {
         checked++
       }
     }
-    expect(checked).toBe(24)
+    expect(checked).toBe(27)
   })
 })
 
@@ -161,25 +161,29 @@ describe('every documented response, provoked', () => {
       400: { headers: { authorization: [`Bearer ${KEYS.alphaStandard}`, 'Bearer other'] } },
       401: {},
       413: { key: KEYS.alphaStandard, payload: tooLarge },
+      417: { key: KEYS.alphaStandard, headers: { expect: ['200-ok'] } },
       429: { key: KEYS.alphaStandard, snapshots: limited },
       500: { key: KEYS.alphaStandard, snapshots: failing }
     },
     listEndpointsZdr: {
       200: { key: KEYS.alphaStandard },
       304: { key: KEYS.alphaStandard, ifNoneMatch: current.zdrEndpoints().representations.identity.etag },
-      400: { key: KEYS.alphaStandard, headers: { host: ['a.example', 'b.example'] } },
-      401: { key: 'sk-or-v1-unknown' },
+      400: { headers: { authorization: [`Bearer ${KEYS.alphaStandard}`, 'Bearer other'] } },
+      401: {},
       413: { payload: tooLarge },
+      417: { headers: { expect: ['200-ok'] } },
       429: { key: 'sk-or-v1-unknown', snapshots: limited },
       500: { key: KEYS.alphaStandard, snapshots: failing }
     },
     listOrganizationMembers: {
       200: { key: KEYS.alphaManagement, query: '?offset=10&limit=20' },
+      304: { key: KEYS.alphaManagement, query: '?offset=10&limit=20', ifNoneMatch: '*' },
       400: { key: KEYS.alphaManagement, query: '?limit=500' },
       401: {},
       403: { key: KEYS.alphaStandard },
       404: { key: DELETED_ORGANIZATION_KEY },
       413: { key: KEYS.alphaManagement, payload: tooLarge },
+      417: { key: KEYS.alphaManagement, headers: { expect: ['200-ok'] } },
       429: { key: KEYS.alphaManagement, query: '?limit=5', snapshots: limited },
       500: { key: KEYS.alphaManagement, snapshots: failing }
     }

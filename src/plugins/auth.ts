@@ -1,17 +1,15 @@
 import { hash } from 'node:crypto'
 import fp from 'fastify-plugin'
 import createError from '@fastify/error'
-import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { ApiKey } from '../schemas/fixtures.js'
+import type { Snapshots } from '../repositories/lifecycle.js'
+import type { Snapshot } from '../repositories/snapshot.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** The key the request authenticated with; set by the auth hook before any handler runs. */
-    apiKey: ApiKey | null
-  }
-  interface FastifyInstance {
-    /** Route hook: lets only management keys through. */
-    requireManagementKey: onRequestHookHandler
+    /** The data this request is answered from, from its authentication to its last byte. */
+    snapshot: Snapshot
   }
 }
 
@@ -24,6 +22,41 @@ const NotManagementKey = createError('AUTH_NOT_MANAGEMENT_KEY', 'Only management
 // trimmed, so `Bearer  <key>` is a key too.
 const BEARER_SCHEME = /^bearer /i
 
+// Where the hook leaves the key: a symbol of this module, not a field of every request's type, so
+// that only apiKeyOf reads it and a route outside an authenticated scope cannot take a missing key
+// for a present one.
+const API_KEY = Symbol('apiKey')
+type AuthenticatedRequest = FastifyRequest & { [API_KEY]: ApiKey | null }
+
+/** The key the request authenticated with; throws (a 500) on a route that no auth hook guards. */
+export function apiKeyOf (request: FastifyRequest): ApiKey {
+  const key = (request as AuthenticatedRequest)[API_KEY]
+  if (!key) throw new Error('no authenticated key: the route is outside the authenticated scope')
+  return key
+}
+
+/** Route hook: lets only management keys through. */
+export function requireManagementKey (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) {
+  if (apiKeyOf(request).kind === 'management') return done()
+  // RFC 6750 section 3.1: a valid key without the rights the operation needs.
+  reply.header('www-authenticate', 'Bearer error="insufficient_scope"')
+  done(new NotManagementKey())
+}
+
+/**
+ * What happens to a request without a valid key before its 401: the per-address limit counts it,
+ * and may answer 429 itself. It ends the request either way: `refuse` takes the error to answer.
+ */
+export type RefusalLimit = (request: FastifyRequest, reply: FastifyReply, refusal: Error, refuse: (error: Error) => void) => void
+
+const refuseAtOnce: RefusalLimit = (_request, _reply, refusal, refuse) => refuse(refusal)
+
+interface AuthOptions {
+  /** The data served: the current snapshot is pinned on each request, before its key is looked up. */
+  snapshots: Snapshots
+  limitRefusals?: RefusalLimit | undefined
+}
+
 /**
  * Bearer authentication (RFC 6750) against the request's snapshot: the presented key is hashed and
  * looked up, since only hashes are stored; one Map lookup however many keys exist, and nothing to
@@ -34,20 +67,18 @@ const BEARER_SCHEME = /^bearer /i
  * key, which users need told apart, and it settles every check through a promise, which cost each
  * request a turn of the microtask queue; what remains of it is the few lines below.
  */
-function authenticate (request: FastifyRequest, reply: FastifyReply): Error | undefined {
+function authenticate (request: FastifyRequest, reply: FastifyReply): ApiKey | Error {
   const header = request.headers.authorization
-  if (!header) return refuse(request, reply, new MissingHeader(), 'Bearer', 'missing authorization header')
+  if (!header) return unauthorized(request, reply, new MissingHeader(), 'Bearer', 'missing authorization header')
   const key = BEARER_SCHEME.test(header) ? header.slice(7).trim() : ''
   // Another scheme, or no key after the scheme: no key was presented.
-  if (key === '') return refuse(request, reply, new MalformedHeader(), 'Bearer', 'invalid authorization header')
+  if (key === '') return unauthorized(request, reply, new MalformedHeader(), 'Bearer', 'invalid authorization header')
   // One-shot hash(): less than half the cost of createHash() for a string this short.
-  const apiKey = request.snapshot.findKey(hash('sha256', key))
-  if (apiKey === undefined) return refuse(request, reply, new UnknownKey(), 'Bearer error="invalid_token"', 'unknown key')
-  request.apiKey = apiKey
-  return undefined
+  return request.snapshot.findKey(hash('sha256', key)) ??
+    unauthorized(request, reply, new UnknownKey(), 'Bearer error="invalid_token"', 'unknown key')
 }
 
-function refuse (request: FastifyRequest, reply: FastifyReply, error: Error, challenge: string, reason: string): Error {
+function unauthorized (request: FastifyRequest, reply: FastifyReply, error: Error, challenge: string, reason: string): Error {
   // A failed login is the client's mistake, not ours: kept out of the default log, where its
   // access line (status 401) already stands.
   request.log.debug('unauthorized: %s', reason)
@@ -55,19 +86,19 @@ function refuse (request: FastifyRequest, reply: FastifyReply, error: Error, cha
   return error
 }
 
-async function authPlugin (app: FastifyInstance) {
-  app.decorateRequest('apiKey', null)
+async function authPlugin (app: FastifyInstance, { snapshots, limitRefusals = refuseAtOnce }: AuthOptions) {
+  app.decorateRequest('snapshot', null as unknown as Snapshot)
+  app.decorateRequest(API_KEY, null)
   // onRequest, before the query is even parsed: an anonymous caller costs us as little as possible.
+  // The snapshot is pinned here, first: a change installed while the request runs reaches the next
+  // request, never half of this one (new keys with the old members).
   app.addHook('onRequest', (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
-    done(authenticate(request, reply))
-  })
-
-  app.decorate('requireManagementKey', function (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) {
-    if (request.apiKey?.kind === 'management') return done()
-    // RFC 6750 section 3.1: a valid key without the rights the operation needs.
-    reply.header('www-authenticate', 'Bearer error="insufficient_scope"')
-    done(new NotManagementKey())
+    request.snapshot = snapshots.current()
+    const outcome = authenticate(request, reply)
+    if (outcome instanceof Error) return limitRefusals(request, reply, outcome, done)
+    ;(request as AuthenticatedRequest)[API_KEY] = outcome
+    done()
   })
 }
 
-export default fp(authPlugin, { name: 'auth', dependencies: ['snapshot'] })
+export default fp(authPlugin, { name: 'auth' })

@@ -1,5 +1,5 @@
 import { createRequire } from 'node:module'
-import type { IncomingMessage } from 'node:http'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import fp from 'fastify-plugin'
 import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
@@ -121,6 +121,10 @@ async function errorsPlugin (app: FastifyInstance) {
   app.setErrorHandler(sendError)
   // Node.js hands a net.Socket; its type says only Duplex.
   app.server.on('connect', (request: IncomingMessage, socket: Duplex) => answerConnect(app, request, socket as Socket))
+  // An Expect other than 100-continue: Node.js would answer a bare 417 itself. Routed as any request
+  // instead, it gets its 417 from the header checks (request-checks.ts), with an id, a log line and
+  // its metrics.
+  app.server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => app.routing(request, response))
 
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?', 1)[0] ?? request.url

@@ -1,11 +1,6 @@
 import fp from 'fastify-plugin'
-// The instruments from their own files, the process collectors from the package's index when
-// /metrics is first scraped (prom-client-parts.d.ts).
-import Counter from 'prom-client/lib/counter.js'
-import Gauge from 'prom-client/lib/gauge.js'
-import Registry from 'prom-client/lib/registry.js'
-import type { Metric } from 'prom-client'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
+import type { FastifyInstance, FastifyReply, FastifyRequest, onResponseHookHandler } from 'fastify'
 import type { Snapshots } from '../repositories/lifecycle.js'
 
 declare module 'fastify' {
@@ -32,19 +27,18 @@ const UNMATCHED_ROUTE = 'unmatched'
 
 // Most answers take tens to hundreds of microseconds: the buckets start at 50 µs.
 const DURATION_BUCKETS = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1]
+const DURATION = 'http_request_duration_seconds'
 
 // CPU, memory, event-loop delay, garbage collection: facts of the process, not of one app. They are
 // collected once per process (each collector starts a monitor that nothing stops), whatever number
-// of apps a process builds (tests build hundreds). They start with the first scrape, as they did
-// when prom-client was loaded at start: CPU time and memory are read from the process, garbage
-// collections and event-loop delay are observed from then on.
-let processRegistry: Promise<Registry> | undefined
+// of apps a process builds (tests build hundreds). They start with the first scrape: CPU time and
+// memory are read from the process, garbage collections and event-loop delay are observed from then on.
+let processRegistry: Registry | undefined
 function processMetrics () {
-  processRegistry ??= import('prom-client').then(({ collectDefaultMetrics }) => {
-    const registry = new Registry()
-    collectDefaultMetrics({ register: registry })
-    return registry
-  })
+  if (processRegistry === undefined) {
+    processRegistry = new Registry()
+    collectDefaultMetrics({ register: processRegistry })
+  }
   return processRegistry
 }
 
@@ -59,33 +53,26 @@ interface Series {
   buckets: number[]
 }
 
+/** A label value in the text format: backslash, double quote and line feed escaped. */
+const labelValue = (value: string) => value.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')
+
 /**
- * http_request_duration_seconds, counted in plain numbers per series and handed to the registry when
- * Prometheus scrapes (prom-client's Metric: name, help, type, get). prom-client's own Histogram checks
- * and hashes the labels on every observe(), a microsecond per request here; the text is the same.
+ * http_request_duration_seconds in Prometheus's text exposition format, from plain numbers counted
+ * per series: prom-client's Histogram checks and hashes the labels on every observe(), and its
+ * registry takes no series counted elsewhere but through a method it does not publish.
  */
-function durationHistogram (series: Iterable<Series>) {
-  const name = 'http_request_duration_seconds'
-  return {
-    name,
-    help: 'Time from the request to its answer, in seconds',
-    type: 'histogram' as const,
-    aggregator: 'sum' as const,
-    async get () {
-      const values = []
-      for (const { labels, count, sum, buckets } of series) {
-        let cumulative = 0
-        for (const [i, le] of DURATION_BUCKETS.entries()) {
-          cumulative += buckets[i]!
-          values.push({ metricName: `${name}_bucket`, labels: { le }, sharedLabels: labels, value: cumulative })
-        }
-        values.push({ metricName: `${name}_bucket`, labels: { le: '+Inf' }, sharedLabels: labels, value: count })
-        values.push({ metricName: `${name}_sum`, labels: {}, sharedLabels: labels, value: sum })
-        values.push({ metricName: `${name}_count`, labels: {}, sharedLabels: labels, value: count })
-      }
-      return { name, help: this.help, type: this.type, values, aggregator: this.aggregator }
+function durationText (series: Iterable<Series>): string {
+  let text = `# HELP ${DURATION} Time from the request to its answer, in seconds\n# TYPE ${DURATION} histogram\n`
+  for (const { labels, count, sum, buckets } of series) {
+    const shared = `method="${labelValue(labels.method)}",route="${labelValue(labels.route)}",status="${labels.status}"`
+    let cumulative = 0
+    for (const [i, le] of DURATION_BUCKETS.entries()) {
+      cumulative += buckets[i]!
+      text += `${DURATION}_bucket{le="${le}",${shared}} ${cumulative}\n`
     }
+    text += `${DURATION}_bucket{le="+Inf",${shared}} ${count}\n${DURATION}_sum{${shared}} ${sum}\n${DURATION}_count{${shared}} ${count}\n`
   }
+  return text
 }
 
 /**
@@ -107,34 +94,31 @@ async function metricsPlugin (app: FastifyInstance, { enabled, snapshots }: { en
     help: 'Requests served without a rate-limit check because the shared counter store (Redis) failed',
     registers: [registry]
   })
+  // Plain numbers per request, handed to prom-client when Prometheus scrapes: its inc() and observe()
+  // hash and check the labels on every call.
+  const series: Series[] = []
   app.decorate('metrics', {
     registry,
     async render () {
-      return `${await (await processMetrics()).metrics()}\n${await registry.metrics()}`
+      const text = `${await processMetrics().metrics()}\n${await registry.metrics()}`
+      return enabled ? `${text}\n${durationText(series)}` : text
     },
     rateLimitRefusals,
     rateLimitStoreErrors
   })
   if (!enabled) return
 
-  // Plain numbers per request, handed to prom-client when Prometheus scrapes: its inc() and observe()
-  // hash and check the labels on every call. Series by route, then method, then status: the route
-  // and method strings are the same objects on every request, so no key is built per request.
-  const series: Series[] = []
-  const seriesByRoute = new Map<string, Map<string, Map<number, Series>>>()
   const answersByClass = [0, 0, 0, 0, 0, 0]
-  const labelNames = ['method', 'route', 'status'] as const
   new Counter({
     name: 'http_requests_total',
     help: 'Answered requests',
-    labelNames,
+    labelNames: ['method', 'route', 'status'] as const,
     registers: [registry],
     collect () {
       this.reset()
       for (const { labels, count } of series) this.inc(labels, count)
     }
   })
-  registry.registerMetric(durationHistogram(series) as unknown as Metric)
   new Counter({
     name: 'http_responses_total',
     help: 'Answers by status class (2xx, 3xx, 4xx, 5xx)',
@@ -153,21 +137,24 @@ async function metricsPlugin (app: FastifyInstance, { enabled, snapshots }: { en
     collect () { this.set(inFlight) }
   })
 
-  function seriesOf (method: string, route: string, status: number): Series {
-    let byMethod = seriesByRoute.get(route)
-    if (byMethod === undefined) seriesByRoute.set(route, byMethod = new Map())
-    let byStatus = byMethod.get(method)
-    if (byStatus === undefined) byMethod.set(method, byStatus = new Map())
-    let found = byStatus.get(status)
-    if (found === undefined) {
-      found = { labels: { method, route, status: String(status) }, count: 0, sum: 0, buckets: new Array(DURATION_BUCKETS.length + 1).fill(0) }
-      byStatus.set(status, found)
-      series.push(found)
+  /** The series of one route (its template with its prefix, never the URL), by method then status, made once each. */
+  function routeSeries (route: string) {
+    const byMethod = new Map<string, Map<number, Series>>()
+    return (method: string, status: number): Series => {
+      let byStatus = byMethod.get(method)
+      if (byStatus === undefined) byMethod.set(method, byStatus = new Map())
+      let found = byStatus.get(status)
+      if (found === undefined) {
+        found = { labels: { method, route, status: String(status) }, count: 0, sum: 0, buckets: new Array(DURATION_BUCKETS.length + 1).fill(0) }
+        byStatus.set(status, found)
+        series.push(found)
+      }
+      return found
     }
-    return found
   }
 
-  function observe (found: Series, seconds: number) {
+  function observe (found: Series, reply: FastifyReply) {
+    const seconds = reply.elapsedTime / 1000
     found.count++
     found.sum += seconds
     let bucket = 0
@@ -181,15 +168,22 @@ async function metricsPlugin (app: FastifyInstance, { enabled, snapshots }: { en
     inFlight++
     done()
   })
+  const unmatched = routeSeries(UNMATCHED_ROUTE)
   app.addHook('onResponse', (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
     if (request.inFlight) inFlight--
-    const status = reply.statusCode
-    // The route's template with its prefix (`/v1/organization/members`), never the URL itself.
-    const found = seriesOf(request.method, request.routeOptions.url ?? UNMATCHED_ROUTE, status)
-    observe(found, reply.elapsedTime / 1000)
     // Statuses are 100 to 599 (Node.js refuses others).
-    answersByClass[Math.floor(status / 100)]!++
+    answersByClass[Math.floor(reply.statusCode / 100)]!++
+    if (request.is404) observe(unmatched(request.method, reply.statusCode), reply)
     done()
+  })
+  // Each route measures its own answers with its label made once, when the route is declared.
+  app.addHook('onRoute', (route) => {
+    const seriesOf = routeSeries(route.url)
+    const measure: onResponseHookHandler = (request, reply, done) => {
+      observe(seriesOf(request.method, reply.statusCode), reply)
+      done()
+    }
+    route.onResponse = route.onResponse === undefined ? [measure] : [...[route.onResponse].flat(), measure]
   })
 }
 

@@ -1,11 +1,11 @@
 import { once } from 'node:events'
-import fp from 'fastify-plugin'
+import { isIP } from 'node:net'
 import { normalizeIP } from '@fastify/rate-limit'
-import { memoize } from '../memoize.js'
-import LocalStore from '@fastify/rate-limit/store/LocalStore.js'
-import RedisStore from '@fastify/rate-limit/store/RedisStore.js'
+import { Gauge } from 'prom-client'
 import type { Redis } from 'ioredis'
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
+import { apiKeyOf, type RefusalLimit } from './auth.js'
+import { memoize } from '../memoize.js'
 
 interface RateLimitOptions {
   /** Requests a minute per key; 0: no limit. */
@@ -17,150 +17,210 @@ interface RateLimitOptions {
 }
 
 const WINDOW_MS = 60_000
-// Keys (or addresses) counted at once per replica with the in-memory store, least recently seen
-// dropped first: 10,000 entries are a few MB.
+// Counters kept at once per replica in memory, the oldest dropped first: a few MB.
 const LOCAL_ENTRIES = 10_000
 // A request waits at most this long for Redis before it is served unlimited.
 const REDIS_TIMEOUT_MS = 250
+// After a timeout or an error Redis is left alone this long, doubling at each failed probe up to
+// the maximum: a stalled Redis costs a few requests its timeout, not every request.
+const BACKOFF_MIN_MS = 1000
+const BACKOFF_MAX_MS = 30_000
 const REDIS_NAMESPACE = 'model-gateway-directory:rate-limit:'
 
 // OpenRouter's own answer, byte for byte.
 const RATE_LIMITED_BODY = JSON.stringify({ error: { code: 429, message: 'Rate limit exceeded', metadata: { error_type: 'rate_limit_exceeded' } } })
 
-interface Window {
-  max: number
-  remaining: number
-  ttlInSeconds: number
-  /** This request went over the limit. */
-  exceeded: boolean
+/** A counter's window: hits so far, and when it starts again (ms since the epoch). */
+interface Count {
+  current: number
+  resetAt: number
 }
 
-// Client addresses normalized (an IPv6 address to its /64, as @fastify/rate-limit counts them), each
-// once: normalizeIP runs an IPv6 regular expression, and this check runs on every request.
-const addressOf = memoize((ip) => normalizeIP(ip), 10_000)
+/** Counts one more hit: at once in memory, after a round trip in Redis; undefined when not counted. */
+type Counter = (id: string) => Count | Promise<Count | undefined> | undefined
 
-function setLimitHeaders (reply: FastifyReply, { max, remaining, ttlInSeconds }: Window) {
-  reply.header('x-ratelimit-limit', max)
-  reply.header('x-ratelimit-remaining', remaining)
-  reply.header('x-ratelimit-reset', ttlInSeconds)
+/** Fixed windows of a minute in a Map, which keeps its keys in insertion order: the oldest go first. */
+function memoryCounter (): Counter {
+  const windows = new Map<string, Count>()
+  return (id) => {
+    const now = Date.now()
+    let count = windows.get(id)
+    if (count === undefined || count.resetAt <= now) {
+      if (count !== undefined) windows.delete(id)
+      else if (windows.size >= LOCAL_ENTRIES) windows.delete(windows.keys().next().value!)
+      count = { current: 0, resetAt: now + WINDOW_MS }
+      windows.set(id, count)
+    }
+    count.current++
+    return count
+  }
 }
 
-function refuse (reply: FastifyReply, window: Window) {
-  setLimitHeaders(reply, { ...window, remaining: 0 })
-  return reply.code(429).header('retry-after', window.ttlInSeconds).type('application/json; charset=utf-8').send(RATE_LIMITED_BODY)
+// One round trip: the count, and the window's end (set with the first hit).
+const INCREMENT_SCRIPT = `
+local current = redis.call('INCR', KEYS[1])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then
+  ttl = tonumber(ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
+return { current, ttl }`
+
+type CountingRedis = Redis & { countHit(key: string, windowMs: number): Promise<[number, number]> }
+
+/**
+ * Redis behind a circuit breaker. Closed: every hit is a round trip. After a timeout or an error it
+ * opens: hits are not counted (the request is served, fail open) for a back-off period; then one
+ * hit probes, and its answer closes the breaker or opens it again for twice as long. A reconnection
+ * closes it at once.
+ */
+function redisCounter (app: FastifyInstance, redis: CountingRedis): Counter {
+  let openUntil = 0
+  let backoff = BACKOFF_MIN_MS
+  let probing = false
+  let announced = false
+  const available = new Gauge({
+    name: 'rate_limit_store_available',
+    help: 'Whether the rate limits ask Redis (1), or serve without it while its circuit breaker is open after a timeout or an error (0)',
+    registers: [app.metrics.registry]
+  })
+  available.set(1)
+
+  const close = () => {
+    openUntil = 0
+    backoff = BACKOFF_MIN_MS
+    probing = false
+    available.set(1)
+    if (!announced) return
+    announced = false
+    app.log.info('rate-limit store (Redis) reachable again: limits shared again')
+  }
+  const open = (err: unknown) => {
+    // The hits already in flight when it opened fail too: only the first, or a probe, counts.
+    if (openUntil !== 0 && !probing) return
+    if (probing) backoff = Math.min(backoff * 2, BACKOFF_MAX_MS)
+    openUntil = Date.now() + backoff
+    probing = false
+    available.set(0)
+    if (announced) return
+    announced = true
+    app.log.warn({ err }, 'rate-limit store (Redis) unavailable: serving without limits until it returns')
+  }
+  redis.on('error', open)
+  redis.on('ready', close)
+
+  const answered = ([current, ttl]: [number, number]): Count => {
+    if (probing) close()
+    return { current, resetAt: Date.now() + ttl }
+  }
+  const failed = (err: unknown) => {
+    app.metrics.rateLimitStoreErrors.inc()
+    open(err)
+    return undefined
+  }
+  return (id) => {
+    if (openUntil !== 0) {
+      if (probing || Date.now() < openUntil) {
+        app.metrics.rateLimitStoreErrors.inc()
+        return undefined
+      }
+      probing = true
+    }
+    return redis.countHit(`${REDIS_NAMESPACE}${id}`, WINDOW_MS).then(answered, failed)
+  }
+}
+
+async function connectRedis (app: FastifyInstance, url: string): Promise<CountingRedis> {
+  // Loaded only when asked for: ioredis costs its start-up time to every server that has no Redis.
+  const { Redis } = await import('ioredis')
+  const redis = new Redis(url, {
+    // Fail fast instead of queueing while disconnected: the request is served (fail open), and
+    // ioredis keeps reconnecting in the background.
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    commandTimeout: REDIS_TIMEOUT_MS,
+    // The commands of the requests of one tick go out in one round trip.
+    enableAutoPipelining: true
+  })
+  redis.defineCommand('countHit', { numberOfKeys: 1, lua: INCREMENT_SCRIPT })
+  // Start counting with the first request when Redis is there; start anyway (unlimited) when not.
+  app.addHook('onReady', async () => {
+    if (redis.status !== 'ready') await Promise.race([once(redis, 'ready'), once(redis, 'error')]).catch(() => {})
+  })
+  app.addHook('onClose', async () => { redis.disconnect() })
+  return redis as CountingRedis
 }
 
 /**
- * Rate limits with @fastify/rate-limit's counters (in memory, or in Redis shared by the replicas),
- * in two buckets, fixed windows of a minute:
- * - per key, after authentication (a hook at the front of each route's own onRequest hooks, which
- *   run after the scope's: auth has resolved the key by then); the key's name is the counter, never
- *   the key or its hash;
- * - per client address, for requests without a valid key. Its check runs before the key is hashed
- *   (this plugin is registered before auth), so that a flood of made-up keys is refused without a
- *   SHA-256 each; a request is counted there once authentication has failed, so that clients behind
- *   one address (a NAT) with valid keys do not share an anonymous budget.
- * Redis unreachable: requests are served without a limit (fail open), the failure is counted and
- * logged once per outage, and shared counting resumes when the connection returns.
+ * Answers with the window's three headers, and with a 429 once it is over `max`; true when the
+ * request may go on.
  */
-async function rateLimitPlugin (app: FastifyInstance, { perMinute, anonymousPerMinute, redisUrl }: RateLimitOptions) {
-  if (perMinute === 0 && anonymousPerMinute === 0) return
-
-  let redis: Redis | undefined
-  let storeDown = false
-  const reportStoreDown = (err: unknown) => {
-    if (storeDown) return
-    storeDown = true
-    app.log.warn({ err }, 'rate-limit store (Redis) unavailable: serving without limits until it returns')
-  }
-  if (redisUrl) {
-    // Loaded only when asked for: ioredis costs its start-up time to every server that has no Redis.
-    const { Redis } = await import('ioredis')
-    redis = new Redis(redisUrl, {
-      // Fail fast instead of queueing while disconnected: the request is served (fail open), and
-      // ioredis keeps reconnecting in the background.
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      commandTimeout: REDIS_TIMEOUT_MS,
-      // The commands of the requests of one tick go out in one round trip.
-      enableAutoPipelining: true
-    })
-    redis.on('error', reportStoreDown)
-    redis.on('ready', () => {
-      if (!storeDown) return
-      storeDown = false
-      app.log.info('rate-limit store (Redis) reachable again: limits shared again')
-    })
-    // Start counting with the first request when Redis is there; start anyway (unlimited) when not.
-    app.addHook('onReady', async () => {
-      if (redis!.status !== 'ready') await Promise.race([once(redis!, 'ready'), once(redis!, 'error')]).catch(() => {})
-    })
-    app.addHook('onClose', async () => { redis!.disconnect() })
-  }
-
-  // One store per bucket, created as @fastify/rate-limit's plugin creates them, but called from
-  // callback hooks: in memory the count is answered at once, where the plugin's createRateLimit puts
-  // a chain of promises (and a turn of the microtask queue) on every request.
-  const storeOf = (bucket: string): LocalStore | RedisStore => redis
-    ? new RedisStore(false, false, redis, `${REDIS_NAMESPACE}${bucket}:`)
-    : new LocalStore(false, false, LOCAL_ENTRIES)
-
-  /** A limiter of `max` a minute: answers the window, or undefined when the store failed (counted, logged). */
-  function limiter (max: number, bucket: string, keyOf: (request: FastifyRequest) => string) {
-    const store = storeOf(bucket)
-    return (request: FastifyRequest, increment: boolean, done: (window: Window | undefined) => void) => {
-      const answer = (err: Error | null, count: { current: number, ttl: number }) => {
-        if (err) {
-          app.metrics.rateLimitStoreErrors.inc()
-          reportStoreDown(err)
-          return done(undefined)
-        }
-        // A read before the first request of a window reports no window: the whole minute is ahead.
-        done({ max, remaining: Math.max(0, max - count.current), ttlInSeconds: Math.ceil(count.ttl / 1000) || WINDOW_MS / 1000, exceeded: count.current > max })
-      }
-      if (increment) store.incr(keyOf(request), answer, WINDOW_MS, max)
-      else store.read(keyOf(request), answer, WINDOW_MS, max)
-    }
-  }
-
-  if (anonymousPerMinute > 0) {
-    const byAddress = limiter(anonymousPerMinute, 'address', (request) => addressOf(request.ip))
-    app.addHook('onRequest', (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
-      byAddress(request, false, (window) => {
-        // Read, not counted: the budget is spent once `max` requests have failed.
-        if (window === undefined || window.remaining > 0) return done()
-        app.metrics.rateLimitRefusals.inc({ bucket: 'address' })
-        refuse(reply, window)
-      })
-    })
-    // Every failed authentication (401) counts against the address.
-    app.addHook('onError', (request: FastifyRequest, reply: FastifyReply, error: FastifyError, done: () => void) => {
-      if (error.statusCode !== 401) return done()
-      byAddress(request, true, (window) => {
-        if (window !== undefined) setLimitHeaders(reply, window)
-        done()
-      })
-    })
-  }
-
-  if (perMinute > 0) {
-    const byKey = limiter(perMinute, 'key', (request) => request.apiKey!.name)
-    const limitKey: onRequestHookHandler = (request, reply, done) => {
-      byKey(request, true, (window) => {
-        if (window === undefined) return done()
-        if (window.exceeded) {
-          app.metrics.rateLimitRefusals.inc({ bucket: 'key' })
-          return refuse(reply, window)
-        }
-        setLimitHeaders(reply, window)
-        done()
-      })
-    }
-    app.addHook('onRoute', (route) => {
-      const own = route.onRequest === undefined ? [] : Array.isArray(route.onRequest) ? route.onRequest : [route.onRequest]
-      route.onRequest = [limitKey, ...own]
-    })
-  }
+function enforce (reply: FastifyReply, limit: string, max: number, { current, resetAt }: Count): boolean {
+  const reset = Math.max(1, Math.ceil((resetAt - Date.now()) / 1000))
+  reply.header('x-ratelimit-limit', limit)
+  reply.header('x-ratelimit-remaining', Math.max(0, max - current))
+  reply.header('x-ratelimit-reset', reset)
+  if (current <= max) return true
+  reply.code(429).header('retry-after', reset).type('application/json; charset=utf-8').send(RATE_LIMITED_BODY)
+  return false
 }
 
-export default fp(rateLimitPlugin, { name: 'rate-limit', dependencies: ['metrics'] })
+// Client addresses normalized (an IPv6 address to its /64, as @fastify/rate-limit counts them), each
+// once: normalizeIP parses the address, and this runs for every request without a valid key.
+const normalizedAddressOf = memoize((ip) => normalizeIP(ip), LOCAL_ENTRIES)
+
+/**
+ * The address a request without a valid key is counted by: the client's address as TRUST_PROXY's
+ * proxies give it (request.ip), when it is an IP address; the connection's otherwise. A value of
+ * X-Forwarded-For that is not an address (garbage, a port, a 15 KB string) neither frames another
+ * client nor buys a new budget, and a counter's name is never longer than an address.
+ */
+function clientAddressOf (request: FastifyRequest): string {
+  const ip = request.ip
+  return normalizedAddressOf(isIP(ip) !== 0 ? ip : request.socket.remoteAddress ?? '')
+}
+
+/**
+ * Rate limits, fixed windows of a minute, one counter a request, so at most one round trip to Redis:
+ * - a valid key counts against its own limit only (its name is the counter, never the key or its
+ *   hash): `limitKey`, a hook the scope registers after auth;
+ * - a request without a valid key counts against its client address: `limitRefusals`, which auth
+ *   calls before its 401, and which answers 429 instead once the address has spent its budget.
+ *   Clients with valid keys behind the same address (a NAT) are never refused for it.
+ * Counters live in memory (per replica) or in Redis (shared); Redis unreachable or slow: requests
+ * are served without a limit (fail open) behind a circuit breaker, counted and logged once per outage.
+ */
+export async function createRateLimits (app: FastifyInstance, { perMinute, anonymousPerMinute, redisUrl }: RateLimitOptions) {
+  if (perMinute === 0 && anonymousPerMinute === 0) return { limitRefusals: undefined, limitKey: undefined }
+  const count = redisUrl ? redisCounter(app, await connectRedis(app, redisUrl)) : memoryCounter()
+  const { rateLimitRefusals } = app.metrics
+
+  let limitRefusals: RefusalLimit | undefined
+  if (anonymousPerMinute > 0) {
+    const limit = String(anonymousPerMinute)
+    const answer = (reply: FastifyReply, refusal: Error, refuse: (error: Error) => void, counted: Count | undefined) => {
+      if (counted === undefined || enforce(reply, limit, anonymousPerMinute, counted)) refuse(refusal)
+      else rateLimitRefusals.inc({ bucket: 'address' })
+    }
+    limitRefusals = (request, reply, refusal, refuse) => {
+      const counted = count(`address:${clientAddressOf(request)}`)
+      if (counted instanceof Promise) void counted.then((settled) => answer(reply, refusal, refuse, settled))
+      else answer(reply, refusal, refuse, counted)
+    }
+  }
+
+  let limitKey: onRequestHookHandler | undefined
+  if (perMinute > 0) {
+    const limit = String(perMinute)
+    const answer = (reply: FastifyReply, done: () => void, counted: Count | undefined) => {
+      if (counted === undefined || enforce(reply, limit, perMinute, counted)) done()
+      else rateLimitRefusals.inc({ bucket: 'key' })
+    }
+    limitKey = (request, reply, done) => {
+      const counted = count(`key:${apiKeyOf(request).name}`)
+      if (counted instanceof Promise) void counted.then((settled) => answer(reply, done, settled))
+      else answer(reply, done, counted)
+    }
+  }
+  return { limitRefusals, limitKey }
+}

@@ -1,7 +1,5 @@
 import { randomBytes } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
-import fp from 'fastify-plugin'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 
 export const REQUEST_ID_HEADER = 'x-request-id'
 
@@ -28,15 +26,3 @@ export function requestIdOf (request: IncomingMessage): string {
 export function newRequestId (): string {
   return `${processPrefix}-${(++sequence).toString(36)}`
 }
-
-/** Every answer carries its request id, so that a client can quote it and we can find the log line. */
-async function requestIdPlugin (app: FastifyInstance) {
-  // onRequest is the first hook of every request, the 404s and the failed logins included;
-  // the error handler keeps headers already set, so errors carry the id too.
-  app.addHook('onRequest', (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
-    reply.header(REQUEST_ID_HEADER, request.id)
-    done()
-  })
-}
-
-export default fp(requestIdPlugin, { name: 'request-id' })

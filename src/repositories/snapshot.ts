@@ -6,7 +6,8 @@ import { LayeredMap } from './layered-map.js'
 import { hashId } from './member-list.js'
 import { createSlicer } from './slices.js'
 import { RECORD_KINDS, type Held, type Organization, type RecordKind } from './records.js'
-import { memberPagesOf, serializeList, type MemberPage, type SerializedList } from './views.js'
+import { serializeList, type SerializedList } from '../representation.js'
+import { memberPagesOf, type MemberPage } from './views.js'
 
 /**
  * A change to one kind, as a source reads it: every record of the kind, or the records a notice

@@ -40,15 +40,15 @@ export function ErrorResponse (status: number, description: string, exampleMessa
 
 /** A conditional GET whose If-None-Match holds the current ETag: no body (the schema type null means none). */
 export const NotModifiedResponse = Type.Null({
-  description: 'Not Modified: the list is unchanged since the ETag given in If-None-Match; no body'
+  description: 'Not Modified: the answer is unchanged since the ETag given in If-None-Match; no body'
 })
 
 /** 401 on every operation; the example shows one of the three messages. */
-export const UnauthorizedResponse = (exampleMessage: string) =>
+const UnauthorizedResponse = (exampleMessage: string) =>
   ErrorResponse(401, 'The Authorization header is missing, malformed, or carries an unknown key', exampleMessage)
 
 /** 429 on every operation, with OpenRouter's body; `Retry-After` says in how many seconds to try again. */
-export const TooManyRequestsResponse = Type.Unsafe<ErrorBody>({
+const TooManyRequestsResponse = Type.Unsafe<ErrorBody>({
   allOf: [Type.Ref(ERROR_SCHEMA_ID)],
   description: 'Too many requests this minute for the key (or, without a valid key, for the client address). ' +
     'Retry-After gives the seconds until the window resets; X-RateLimit-Limit, X-RateLimit-Remaining and ' +
@@ -57,7 +57,7 @@ export const TooManyRequestsResponse = Type.Unsafe<ErrorBody>({
 })
 
 /** 500 on every operation. */
-export const InternalErrorResponse = ErrorResponse(500, 'Unexpected server error', 'Internal Server Error')
+const InternalErrorResponse = ErrorResponse(500, 'Unexpected server error', 'Internal Server Error')
 
 /** Why any operation may answer 400, whatever its parameters. */
 const MALFORMED_HEADERS = 'a repeated Host or Authorization header, or no Host header in HTTP/1.1'
@@ -67,4 +67,17 @@ export const BadRequestResponse = (exampleMessage: string, also?: string) =>
   ErrorResponse(400, `The request is malformed: ${also ? `${also}; or ` : ''}${MALFORMED_HEADERS}`, exampleMessage)
 
 /** 413 on every operation: none takes a body, and a large one is not read (app.ts, BODY_LIMIT_BYTES). */
-export const PayloadTooLargeResponse = ErrorResponse(413, 'The request carries a body of more than 1 KiB; no operation takes a body', 'Request body is too large')
+const PayloadTooLargeResponse = ErrorResponse(413, 'The request carries a body of more than 1 KiB; no operation takes a body', 'Request body is too large')
+
+/** 417 on every operation: an `Expect` other than 100-continue, which Node.js would refuse without a body. */
+const ExpectationFailedResponse = ErrorResponse(417, 'The request carries an Expect header other than 100-continue', "Expectation Failed: 'Expect: 200-ok' is not supported; only 100-continue is")
+
+/** The error answers every operation of /v1 may give, whatever it does; an operation documents its own beside them. */
+export const SharedErrorResponses = {
+  400: BadRequestResponse('The Authorization header is sent more than once'),
+  401: UnauthorizedResponse('Missing Authentication header: send Authorization: Bearer <key>'),
+  413: PayloadTooLargeResponse,
+  417: ExpectationFailedResponse,
+  429: TooManyRequestsResponse,
+  500: InternalErrorResponse
+}

@@ -143,6 +143,24 @@ describe('the error shape', () => {
     expect(old.answer?.status).toBe(200)
   })
 
+  it('answers an expectation it cannot meet with 417 in the error shape, with a request id, an access line and metrics', async () => {
+    const logs = captureLogs()
+    const app = build({ log: logs.log })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { answer } = await rawRequest(portOf(app), `GET /v1/providers HTTP/1.1\r\nHost: test\r\nExpect: 200-ok\r\nAuthorization: Bearer ${KEYS.alphaManagement}\r\n\r\n`)
+    expect(answer?.status).toBe(417)
+    expect(answer?.headers['content-type']).toBe('application/json; charset=utf-8')
+    expect(JSON.parse(answer!.body)).toEqual({ error: { code: 417, message: "Expectation Failed: 'Expect: 200-ok' is not supported; only 100-continue is" } })
+    const id = answer!.headers['x-request-id']
+    expect(id).toBeTruthy()
+    expect(accessLines(logs.lines)).toEqual([expect.objectContaining({ reqId: id, statusCode: 417, url: '/v1/providers' })])
+    const metrics = (await app.inject({ url: '/metrics' })).body
+    expect(metrics).toContain('http_requests_total{method="GET",route="/v1/providers",status="417"} 1')
+    // 100-continue is met: the request is served.
+    const continued = await rawRequest(portOf(app), `GET /v1/providers HTTP/1.1\r\nHost: test\r\nExpect: 100-continue\r\nAuthorization: Bearer ${KEYS.alphaManagement}\r\n\r\n`)
+    expect(continued.answer?.status).toBe(100)
+  })
+
   it('answers CONNECT with 405 in the error shape, with a request id and an access line', async () => {
     const logs = captureLogs()
     const app = build({ log: logs.log })

@@ -1,6 +1,37 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { KEYS, bearer, build, captureLogs } from '../helper.js'
+import { Redis } from 'ioredis'
 import { startRedis, type RedisServer } from '../redis.js'
+
+/**
+ * The commands clients make Redis run (those a script runs aside, and the test's own), as MONITOR
+ * sees them run: `seen()` answers them once everything sent before it has run.
+ */
+async function monitorCommands (admin: Redis) {
+  const monitor = await admin.duplicate().monitor()
+  const run: string[] = []
+  let sentinel = () => {}
+  monitor.on('monitor', (_time: string, args: string[], source: string) => {
+    const name = args[0]!.toLowerCase()
+    if (name === 'ping' && args[1] === 'sentinel') sentinel()
+    else if (source !== 'lua' && !/^(client|config|flushall|info|ping)$/.test(name)) run.push(name)
+  })
+  return {
+    async seen () {
+      const reached = new Promise<void>((resolve) => { sentinel = resolve })
+      await admin.ping('sentinel')
+      await reached
+      return run.splice(0)
+    },
+    stop: () => monitor.disconnect()
+  }
+}
+
+/** The value of one series in the Prometheus text, or undefined. */
+function metric (text: string, series: string): number | undefined {
+  const line = text.split('\n').find((candidate) => candidate.startsWith(`${series} `))
+  return line === undefined ? undefined : Number(line.slice(series.length + 1))
+}
 
 const RATE_LIMITED = { error: { code: 429, message: 'Rate limit exceeded', metadata: { error_type: 'rate_limit_exceeded' } } }
 
@@ -72,7 +103,7 @@ describe('rate limit per key', () => {
 describe('rate limit per client address, for requests without a valid key', () => {
   let app: ReturnType<typeof build>
 
-  it('counts missing, malformed and unknown keys, then refuses the address, even with a valid key, before looking at it', async () => {
+  it('counts missing, malformed and unknown keys, then refuses them from that address with 429', async () => {
     app = build({ settings: { RATE_LIMIT_ANONYMOUS_PER_MINUTE: 3 } })
     const failures = [{}, { authorization: 'Basic abc' }, bearer('not-a-key')]
     for (const [i, headers] of failures.entries()) {
@@ -80,7 +111,7 @@ describe('rate limit per client address, for requests without a valid key', () =
       expect(res.statusCode).toBe(401)
       expectWindow(res.headers, 3, 2 - i)
     }
-    for (const headers of [bearer('not-a-key'), bearer(KEYS.alphaStandard)]) {
+    for (const headers of [bearer('not-a-key'), {}]) {
       const refused = await app.inject({ url: '/v1/providers', headers })
       expect(refused.statusCode).toBe(429)
       expect(refused.json()).toEqual(RATE_LIMITED)
@@ -88,7 +119,19 @@ describe('rate limit per client address, for requests without a valid key', () =
       expect(Number(refused.headers['retry-after'])).toBeGreaterThan(0)
     }
     // Another address is not concerned.
-    expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard), remoteAddress: '10.1.2.3' })).statusCode).toBe(200)
+    expect((await app.inject({ url: '/v1/providers', headers: bearer('not-a-key'), remoteAddress: '10.1.2.3' })).statusCode).toBe(401)
+  })
+
+  it('never refuses a valid key because its address spent its anonymous budget (clients behind one NAT)', async () => {
+    app = build({ settings: { RATE_LIMIT_ANONYMOUS_PER_MINUTE: 3 } })
+    for (let i = 0; i < 3; i++) expect((await app.inject({ url: '/v1/providers', headers: bearer('made-up') })).statusCode).toBe(401)
+    expect((await app.inject({ url: '/v1/providers', headers: bearer('made-up') })).statusCode).toBe(429)
+    for (const key of [KEYS.alphaStandard, KEYS.betaManagement]) {
+      const res = await app.inject({ url: '/v1/providers', headers: bearer(key) })
+      expect(res.statusCode).toBe(200)
+      // Its own window, not the address's.
+      expectWindow(res.headers, 6000, 5999)
+    }
   })
 
   it('does not count requests with a valid key against the address', async () => {
@@ -111,12 +154,94 @@ describe('rate limit per client address, for requests without a valid key', () =
     // Not trusted: a forged header does not buy a new budget.
     expect((await from('203.0.113.2')).statusCode).toBe(429)
   })
+
+  it.each(['1', '127.0.0.1', '127.0.0.0/8'])('counts a forwarded value that is not an IP address as the connection (TRUST_PROXY=%s)', async (trustProxy) => {
+    app = build({ settings: { RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1, TRUST_PROXY: trustProxy } })
+    const from = (client: string) => app.inject({ url: '/v1/providers', headers: { 'x-forwarded-for': client } })
+    expect((await from('garbage-1')).statusCode).toBe(401)
+    // Rotating values buys no new budget, and frames no other address.
+    for (const value of ['garbage-2', `203.0.113.1, ${'x'.repeat(15_000)}`, '203.0.113.7:80', '999.1.1.1', '']) {
+      expect((await from(value)).statusCode, value.slice(0, 30)).toBe(429)
+    }
+    // A valid address from the trusted hop is a client of its own.
+    expect((await from('203.0.113.9')).statusCode).toBe(401)
+    expect((await from('2001:db8::1')).statusCode).toBe(401)
+  })
+
+  it('counts a client that reaches the server around the listed proxies by its own address', async () => {
+    app = build({ settings: { RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1, TRUST_PROXY: '10.0.0.1' } })
+    const direct = (client: string) => app.inject({ url: '/v1/providers', remoteAddress: '198.51.100.1', headers: { 'x-forwarded-for': client } })
+    expect((await direct('203.0.113.1')).statusCode).toBe(401)
+    expect((await direct('203.0.113.2')).statusCode).toBe(429)
+  })
 })
 
 describe('rate limits shared in Redis', () => {
   let redis: RedisServer
-  beforeAll(async () => { redis = await startRedis() })
-  afterAll(() => redis.close())
+  let admin: Redis
+  beforeAll(async () => {
+    redis = await startRedis()
+    admin = new Redis(redis.url)
+  })
+  afterAll(async () => {
+    admin.disconnect()
+    await redis.close()
+  })
+  // Each test counts from an empty Redis.
+  beforeEach(() => admin.flushall())
+
+  it('asks Redis once per request, whatever the key', async () => {
+    const app = build({ settings: { REDIS_URL: redis.url } })
+    // The first request loads the counting script into Redis.
+    await app.inject({ url: '/v1/providers', headers: bearer(KEYS.betaManagement) })
+    const commands = await monitorCommands(admin)
+    await commands.seen()
+    const requests = [bearer(KEYS.alphaStandard), bearer(KEYS.alphaManagement), bearer('made-up'), {}, { authorization: 'Basic x' }]
+    for (const headers of requests) expect((await app.inject({ url: '/v1/providers', headers })).headers['x-ratelimit-limit']).toBeDefined()
+    expect(await commands.seen()).toHaveLength(requests.length)
+    commands.stop()
+  })
+
+  it('keeps one counter per connection, of bounded size, under a flood of distinct forwarded values', async () => {
+    const app = build({ settings: { REDIS_URL: redis.url, TRUST_PROXY: '1', RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1_000_000 } })
+    for (let i = 0; i < 300; i++) {
+      const res = await app.inject({ url: '/v1/providers', headers: { ...bearer('made-up'), 'x-forwarded-for': `${i}-${'g'.repeat(2000)}` } })
+      expect(res.statusCode).toBe(401)
+    }
+    const keys = await admin.keys('*')
+    expect(keys).toHaveLength(1)
+    expect(keys[0]!.length).toBeLessThan(100)
+  })
+
+  it('stops asking a stalled Redis after a timeout, serves unchecked meanwhile, then asks again', async () => {
+    const app = build({ settings: { RATE_LIMIT_PER_MINUTE: 100, REDIS_URL: redis.url } })
+    const get = () => app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
+    expect((await get()).headers['x-ratelimit-limit']).toBe('100')
+    const commands = await monitorCommands(admin)
+    await commands.seen()
+    // Redis holds every client's commands for 2 s: as stalled as a Redis gets.
+    await admin.call('CLIENT', 'PAUSE', '2000', 'ALL')
+    for (let i = 0; i < 5; i++) {
+      const res = await get()
+      expect(res.statusCode).toBe(200)
+      expect(res.headers['x-ratelimit-limit']).toBeUndefined()
+    }
+    // Answered once Redis resumes: the first request asked, the four after it did not.
+    expect(await commands.seen()).toHaveLength(1)
+    commands.stop()
+    const stalled = (await app.inject({ url: '/metrics' })).body
+    expect(metric(stalled, 'rate_limit_store_errors_total')).toBe(5)
+    expect(metric(stalled, 'rate_limit_store_available')).toBe(0)
+
+    // After its back-off a request probes Redis again, and counting resumes.
+    let res = await get()
+    for (let tries = 0; res.headers['x-ratelimit-limit'] === undefined && tries < 100; tries++) {
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      res = await get()
+    }
+    expect(res.headers['x-ratelimit-limit']).toBe('100')
+    expect(metric((await app.inject({ url: '/metrics' })).body, 'rate_limit_store_available')).toBe(1)
+  })
 
   it('gives a key N a minute in total across three replicas, not 3N', async () => {
     const replicas = [1, 2, 3].map(() => build({ settings: { RATE_LIMIT_PER_MINUTE: 5, REDIS_URL: redis.url } }))

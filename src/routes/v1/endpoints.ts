@@ -1,9 +1,9 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { EndpointListSchema } from '../../schemas/endpoint.js'
-import { BadRequestResponse, InternalErrorResponse, NotModifiedResponse, PayloadTooLargeResponse, TooManyRequestsResponse, UnauthorizedResponse } from '../../schemas/common.js'
-import { sendList } from './json.js'
+import { NotModifiedResponse } from '../../schemas/common.js'
+import type { Senders } from './send.js'
 
-const endpointRoutes: FastifyPluginAsyncTypebox = async (app) => {
+const endpointRoutes: FastifyPluginAsyncTypebox<{ send: Senders }> = async (app, { send }) => {
   app.get('/endpoints/zdr', {
     schema: {
       operationId: 'listEndpointsZdr',
@@ -12,16 +12,11 @@ const endpointRoutes: FastifyPluginAsyncTypebox = async (app) => {
       description: 'Returns the model endpoints that are available under zero data retention (ZDR), with limits, pricing, latency, throughput and uptime figures.',
       response: {
         200: EndpointListSchema,
-        304: NotModifiedResponse,
-        400: BadRequestResponse('The Host header is sent more than once'),
-        401: UnauthorizedResponse('Invalid API key'),
-        413: PayloadTooLargeResponse,
-        429: TooManyRequestsResponse,
-        500: InternalErrorResponse
+        304: NotModifiedResponse
       }
     }
   }, (request, reply) => {
-    sendList(request, reply, request.snapshot.zdrEndpoints())
+    send.sendList(request, reply, request.snapshot.zdrEndpoints())
   })
 }
 

@@ -2,8 +2,9 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import createError from '@fastify/error'
 import { MemberPageQuerySchema, MemberPageSchema } from '../../schemas/member.js'
-import { BadRequestResponse, ErrorResponse, InternalErrorResponse, PayloadTooLargeResponse, TooManyRequestsResponse, UnauthorizedResponse } from '../../schemas/common.js'
-import { sendPage } from './json.js'
+import { BadRequestResponse, ErrorResponse, NotModifiedResponse } from '../../schemas/common.js'
+import { apiKeyOf, requireManagementKey } from '../../plugins/auth.js'
+import type { Senders } from './send.js'
 import { ECHO_MAX } from '../../plugins/errors.js'
 import { truncate } from '../../truncate.js'
 
@@ -35,7 +36,7 @@ function rejectLooseIntegers (request: FastifyRequest, _reply: FastifyReply, don
   done()
 }
 
-const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
+const organizationRoutes: FastifyPluginAsyncTypebox<{ send: Senders }> = async (app, { send }) => {
   app.get('/organization/members', {
     schema: {
       operationId: 'listOrganizationMembers',
@@ -43,27 +44,26 @@ const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'List organization members',
       description: 'Lists all members of the organization associated with the authenticated management key, one page at a time, ' +
         'in a stable order: pages concatenate to the whole list. A management key is required. ' +
-        'An offset past the end answers an empty page with the true total_count.',
+        'An offset past the end answers an empty page with the true total_count. ' +
+        'Each page carries a strong ETag, one per content coding, that changes when any member of the organization changes; ' +
+        'If-None-Match with it answers 304.',
       querystring: MemberPageQuerySchema,
       response: {
         200: MemberPageSchema,
+        304: NotModifiedResponse,
         400: BadRequestResponse("Invalid query parameter 'limit': must be <= 100", 'a query parameter is out of bounds, repeated, or not a plain decimal integer'),
-        401: UnauthorizedResponse('Missing Authentication header: send Authorization: Bearer <key>'),
         403: ErrorResponse(403, 'The key is not a management key', 'Only management keys can perform this operation'),
-        404: ErrorResponse(404, 'The organization of the management key does not exist', 'Organization org_2vQmDeleted03 not found'),
-        413: PayloadTooLargeResponse,
-        429: TooManyRequestsResponse,
-        500: InternalErrorResponse
+        404: ErrorResponse(404, 'The organization of the management key does not exist', 'Organization org_2vQmDeleted03 not found')
       }
     },
-    onRequest: app.requireManagementKey,
+    onRequest: requireManagementKey,
     preValidation: rejectLooseIntegers
   }, (request, reply) => {
-    // requireManagementKey has run, so the key is set.
-    const organizationId = request.apiKey!.organization_id
-    const page = request.snapshot.memberPage(organizationId, request.query.offset, request.query.limit)
+    const organizationId = apiKeyOf(request).organization_id
+    const { offset, limit } = request.query
+    const page = request.snapshot.memberPage(organizationId, offset, limit)
     if (page === undefined) throw new OrganizationNotFound(organizationId)
-    sendPage(request, reply, page.json)
+    send.sendPage(request, reply, page, offset, limit)
   })
 }
 

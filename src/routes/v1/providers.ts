@@ -1,9 +1,9 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { ProviderListSchema } from '../../schemas/provider.js'
-import { BadRequestResponse, InternalErrorResponse, NotModifiedResponse, PayloadTooLargeResponse, TooManyRequestsResponse, UnauthorizedResponse } from '../../schemas/common.js'
-import { sendList } from './json.js'
+import { NotModifiedResponse } from '../../schemas/common.js'
+import type { Senders } from './send.js'
 
-const providerRoutes: FastifyPluginAsyncTypebox = async (app) => {
+const providerRoutes: FastifyPluginAsyncTypebox<{ send: Senders }> = async (app, { send }) => {
   app.get('/providers', {
     schema: {
       operationId: 'listProviders',
@@ -12,16 +12,11 @@ const providerRoutes: FastifyPluginAsyncTypebox = async (app) => {
       description: 'Lists the upstream providers known to the service with their public contact and policy links and their country codes.',
       response: {
         200: ProviderListSchema,
-        304: NotModifiedResponse,
-        400: BadRequestResponse('The Authorization header is sent more than once'),
-        401: UnauthorizedResponse('Missing Authentication header: send Authorization: Bearer <key>'),
-        413: PayloadTooLargeResponse,
-        429: TooManyRequestsResponse,
-        500: InternalErrorResponse
+        304: NotModifiedResponse
       }
     }
   }, (request, reply) => {
-    sendList(request, reply, request.snapshot.providers())
+    send.sendList(request, reply, request.snapshot.providers())
   })
 }
 
