@@ -349,13 +349,7 @@ async function scanArray (handle: FileHandle, onBatch: (values: unknown[], first
     // Keep the elements not parsed yet for the next read.
     const keep = batchStart >= 0 ? batchStart : filled
     const carried = filled - keep
-    if (carried * 2 > window.length) {
-      const larger = Buffer.allocUnsafe(window.length * 2)
-      window.copy(larger, 0, keep, filled)
-      window = larger
-    } else {
-      window.copy(window, 0, keep, filled)
-    }
+    window = carryOver(window, keep, filled)
     if (batchStart >= 0) {
       lastEnd = lastEnd < 0 ? -1 : lastEnd - keep
       batchStart = 0
@@ -364,4 +358,14 @@ async function scanArray (handle: FileHandle, onBatch: (values: unknown[], first
     filled = carried
   }
   return depth === -2 && !inString
+}
+
+/**
+ * Moves the bytes from `keep` to `filled` to the start of the window, for the next read to append
+ * to; a window more than half full of them is replaced by one twice as large.
+ */
+export function carryOver (window: Buffer<ArrayBuffer>, keep: number, filled: number): Buffer<ArrayBuffer> {
+  const target = (filled - keep) * 2 > window.length ? Buffer.allocUnsafe(window.length * 2) : window
+  window.copy(target, 0, keep, filled)
+  return target
 }

@@ -1,6 +1,6 @@
 import { isUtf8 } from 'node:buffer'
 import type { FileHandle } from 'node:fs/promises'
-import { MAX_DEPTH, UTF8_BOM, openRegularFile, readJsonFile } from './json-file.js'
+import { MAX_DEPTH, UTF8_BOM, carryOver, openRegularFile, readJsonFile } from './json-file.js'
 import { MemberListBuilder, type Block } from './member-list.js'
 import type { Member } from '../schemas/member.js'
 import { DataError, compactMembers, finishMembers, memberProblem, recordProblem, validateRecords, type Organization } from './records.js'
@@ -296,13 +296,7 @@ async function scan (handle: FileHandle, shared: ReadonlyMap<number, Block> | un
     } else {
       const keep = memberStart >= 0 ? memberStart : filled
       const carried = filled - keep
-      if (carried * 2 > window.length) {
-        const larger = Buffer.allocUnsafe(window.length * 2)
-        window.copy(larger, 0, keep, filled)
-        window = larger
-      } else {
-        window.copy(window, 0, keep, filled)
-      }
+      window = carryOver(window, keep, filled)
       if (memberStart >= 0) memberStart = 0
       filled = pos = carried
     }
