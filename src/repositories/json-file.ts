@@ -272,6 +272,10 @@ async function scanArray (handle: FileHandle, onBatch: (values: unknown[], first
   let lastEnd = -1
   let count = 0
   let elements = 0
+  // Between the elements of the array: a value just ended (a comma may follow), a comma was just
+  // read (a value must follow). A batch's text holds its own commas, not those between batches.
+  let afterValue = false
+  let afterComma = false
   const flush = async (end: number) => {
     if (batchStart < 0 || lastEnd < 0) return true
     const bytes = window.subarray(batchStart, end)
@@ -299,11 +303,17 @@ async function scanArray (handle: FileHandle, onBatch: (values: unknown[], first
       if (UTF8_BOM.every((byte, i) => window[i] === byte)) pos = UTF8_BOM.length
     }
     for (; pos < filled; pos++) {
-      const c = window[pos]!
+      let c = window[pos]!
       if (inString) {
-        if (escaped) escaped = false
-        else if (c === 0x5c) escaped = true
-        else if (c === 0x22) inString = false
+        if (escaped) {
+          escaped = false
+          continue
+        }
+        // Most of a file: the inside of a string, up to a quote or a backslash, in a tight loop.
+        while (c !== 0x22 && c !== 0x5c && ++pos < filled) c = window[pos]!
+        if (pos === filled) break
+        if (c === 0x5c) escaped = true
+        else inString = false
         continue
       }
       if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) continue
@@ -315,15 +325,20 @@ async function scanArray (handle: FileHandle, onBatch: (values: unknown[], first
       }
       if (depth === 0) {
         if (c === 0x5d) {
+          if (afterComma) return false
           depth = -2
           if (!await flush(lastEnd)) return false
           continue
         }
         if (c === 0x2c) {
-          if (lastEnd < 0 && elements === 0) return false
+          if (!afterValue) return false
+          afterValue = false
+          afterComma = true
           continue
         }
         // An element starts.
+        if (afterValue) return false
+        afterComma = false
         if (batchStart < 0) batchStart = pos
         elements++
       }
@@ -342,6 +357,7 @@ async function scanArray (handle: FileHandle, onBatch: (values: unknown[], first
         }
       }
       if (depth === 0) {
+        afterValue = true
         lastEnd = pos + 1
         if (lastEnd - batchStart >= ARRAY_BATCH_BYTES && !await flush(lastEnd)) return false
       }

@@ -1,4 +1,5 @@
 import { createSlicer } from './slices.js'
+import type { MapLike } from './key-table.js'
 
 const REMOVED: unique symbol = Symbol('removed')
 type Entry<V> = V | typeof REMOVED
@@ -16,12 +17,12 @@ const OVERLAY_MIN = 4096
  */
 export class LayeredMap<K, V> {
   private constructor (
-    private readonly base: ReadonlyMap<K, V>,
+    private readonly base: MapLike<K, V>,
     private readonly overlay: ReadonlyMap<K, Entry<V>>,
     readonly size: number
   ) {}
 
-  static of<K, V> (entries: Map<K, V>): LayeredMap<K, V> {
+  static of<K, V> (entries: MapLike<K, V>): LayeredMap<K, V> {
     return new LayeredMap(entries, new Map(), entries.size)
   }
 
@@ -51,6 +52,16 @@ export class LayeredMap<K, V> {
       }
     }
     return new LayeredMap(this.base, overlay, size)
+  }
+
+  /** Whether the overlay holds `key`: its value, or its removal. */
+  overlays (key: K): boolean {
+    return this.overlay.has(key)
+  }
+
+  /** The keys the overlay holds: set, or removed. */
+  overlaid (): IterableIterator<K> {
+    return this.overlay.keys()
   }
 
   /** Whether the overlay has grown enough to be folded into the base. */

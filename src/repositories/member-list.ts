@@ -126,6 +126,16 @@ const FIRST_BLOCK_ONLY = Uint32Array.of(0)
 
 const NO_BLOCKS: ReadonlyMap<number, Block> = new Map()
 
+const SCRATCH_BYTES = 16 * 1024
+/**
+ * The scratch a finished builder leaves for the next: a read builds a hundred thousand lists one
+ * after the other, and a scratch each would be that many short-lived buffers (1.6 GB of them).
+ */
+let spareScratch: Buffer | undefined
+/** The same for the id hashes. */
+let spareHashes: Float64Array | undefined
+const HASHES = 64
+
 /**
  * The blocks of these lists by key, for the builders of the lists that replace them to share: one
  * index for a whole read, however many organizations it builds.
@@ -149,7 +159,7 @@ export class MemberListBuilder {
   private readonly blocks: Block[] = []
   private readonly starts: number[] = []
   private count = 0
-  private scratch = Buffer.allocUnsafe(16 * 1024)
+  private scratch: Buffer
   private used = 0
   private ends: number[] = []
   private hashes: Float64Array | undefined
@@ -158,7 +168,12 @@ export class MemberListBuilder {
 
   constructor (previous: ReadonlyMap<number, Block> = NO_BLOCKS, { checkIds = true } = {}) {
     this.previous = previous
-    if (checkIds) this.hashes = new Float64Array(64)
+    this.scratch = spareScratch ?? Buffer.allocUnsafe(SCRATCH_BYTES)
+    spareScratch = undefined
+    if (checkIds) {
+      this.hashes = spareHashes ?? new Float64Array(HASHES)
+      spareHashes = undefined
+    }
   }
 
   /**
@@ -195,8 +210,10 @@ export class MemberListBuilder {
   /** The list, and the first member (in order) whose id an earlier member has, if checked. Call once. */
   finish (): { list: MemberList, duplicate?: DuplicateId } {
     if (this.ends.length > 0) this.closeBlock(this.lastKey)
+    if (this.scratch.length === SCRATCH_BYTES) spareScratch = this.scratch
     const list = new MemberList(this.count, this.blocks, this.blocks.length === 1 ? FIRST_BLOCK_ONLY : Uint32Array.from(this.starts))
     const duplicate = this.hashes ? this.duplicateId(list, this.hashes) : undefined
+    if (this.hashes?.length === HASHES) spareHashes = this.hashes
     this.hashes = undefined
     return duplicate ? { list, duplicate } : { list }
   }

@@ -21,9 +21,10 @@ const MEMBERS = Buffer.from('members')
 /** The file is not what the scan expects: readJsonFile reads it whole and says why, as for any file. */
 class NotPlainJson extends Error {}
 
-/** One `members` array of the file, compacted as it is read. */
+/** One `members` array of the file, compacted as it is read, and finished as soon as it ends. */
 interface MembersArray {
   builder: MemberListBuilder
+  finished?: ReturnType<MemberListBuilder['finish']>
   count: number
   /** The first member that is not valid, where and why. */
   problem?: string
@@ -69,7 +70,7 @@ export async function readOrganizationsFile (path: string, label: string, shared
     if (array?.problem) throw new DataError(`${label}: ${array.problem}`)
     const { id, name, members } = record as { id: string, name: string, members: Member[] }
     const at = `[${index}].members`
-    organizations.push({ id, name, members: array ? finishMembers(array.builder, label, at) : compactMembers(members, label, at, shared) })
+    organizations.push({ id, name, members: array?.finished ? finishMembers(array.finished, label, at) : compactMembers(members, label, at, shared) })
     if (slicer.due()) await slicer.pause()
   }
   return organizations
@@ -230,6 +231,7 @@ async function scan (handle: FileHandle, shared: ReadonlyMap<number, Block> | un
         } else if (c === 0x5d) {
           if (memberState === 2) throw new NotPlainJson()
           batch.parse(window, array, organization)
+          array.finished = array.builder.finish()
           array = undefined
           depth = 2
           runStart = pos

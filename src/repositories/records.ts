@@ -96,12 +96,11 @@ export function memberProblem (value: unknown, organization: number, index: numb
 export function compactMembers (members: Iterable<Member>, where: string, at: string, previous?: ReadonlyMap<number, Block>): MemberList {
   const builder = new MemberListBuilder(previous)
   for (const member of members) builder.add(member)
-  return finishMembers(builder, where, at)
+  return finishMembers(builder.finish(), where, at)
 }
 
-/** The list a builder holds, or a DataError naming the first member whose id repeats. */
-export function finishMembers (builder: MemberListBuilder, where: string, at: string): MemberList {
-  const { list, duplicate } = builder.finish()
+/** The list a builder finished, or a DataError naming the first member whose id repeats. */
+export function finishMembers ({ list, duplicate }: ReturnType<MemberListBuilder['finish']>, where: string, at: string): MemberList {
   if (duplicate) {
     throw new DataError(`${where}: ${at}[${duplicate.index}].id: ${quoteValue(duplicate.id, 'id')} duplicates ${at}[${duplicate.first}].id`)
   }

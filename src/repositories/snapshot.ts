@@ -3,18 +3,23 @@ import type { ApiKey } from '../schemas/fixtures.js'
 import type { Provider } from '../schemas/provider.js'
 import type { Endpoint } from '../schemas/endpoint.js'
 import { LayeredMap } from './layered-map.js'
+import { KeyTable, KeyTableBuilder, hashOfKey } from './key-table.js'
 import { hashId } from './member-list.js'
 import { createSlicer } from './slices.js'
-import { RECORD_KINDS, type Held, type Organization, type RecordKind } from './records.js'
+import { DataError, RECORD_KINDS, type Held, type Organization, type RecordKind } from './records.js'
+import { quoteValue } from '../schemas/describe-error.js'
 import { serializeList, type SerializedList } from '../representation.js'
 import { memberPagesOf, type MemberPage } from './views.js'
+
+/** Every record of a kind: keys may come as a KeyTable, built as they were read. */
+export type Whole<K extends RecordKind> = K extends 'keys' ? ReadonlyArray<Held<K>> | KeyTable : ReadonlyArray<Held<K>>
 
 /**
  * A change to one kind, as a source reads it: every record of the kind, or the records a notice
  * named (`upsert`: those that exist, in full; `remove`: the keys of those that no longer do).
  */
 export type PartChange<K extends RecordKind = RecordKind> =
-  | { readonly kind: K, readonly all: ReadonlyArray<Held<K>> }
+  | { readonly kind: K, readonly all: Whole<K> }
   | { readonly kind: K, readonly upsert: ReadonlyArray<Held<K>>, readonly remove: readonly string[] }
 
 /** A list served whole (providers, endpoints): its records and its body, serialized once. */
@@ -32,7 +37,9 @@ interface KeyedPart<T> {
   readonly sum: number
 }
 
+/** Keys: a KeyTable, and the changes since it was built in the overlays of two maps over it. */
 interface KeyPart extends KeyedPart<ApiKey> {
+  readonly table: KeyTable
   /** The same keys by SHA-256, for authentication. */
   readonly bySha: LayeredMap<string, ApiKey>
 }
@@ -124,7 +131,7 @@ export class Snapshot {
 }
 
 /** The first snapshot, from every kind read whole. */
-export async function createSnapshot (changes: { [K in RecordKind]: ReadonlyArray<Held<K>> }, version = 1): Promise<Snapshot> {
+export async function createSnapshot (changes: { [K in RecordKind]: Whole<K> }, version = 1): Promise<Snapshot> {
   const parts = Object.fromEntries(await Promise.all(RECORD_KINDS.map(async (kind) =>
     [kind, await applyChange(undefined, { kind, all: changes[kind] } as PartChange)] as const)))
   return new Snapshot(version, parts as unknown as Parts)
@@ -137,13 +144,13 @@ export async function applyChange<K extends RecordKind> (previous: Part<K> | und
     case 'providers':
     case 'endpoints': {
       // A list is served as one body: any change serializes it again (a few hundred records).
-      const records = 'all' in change ? change.all : applyToList(kind, (previous as ListPart<unknown>).records, change)
+      const records = 'all' in change ? change.all as readonly unknown[] : applyToList(kind, (previous as ListPart<unknown>).records, change)
       return { records, list: serializeList(records) } as unknown as Part<K>
     }
     case 'organizations':
-      return await applyKeyed(previous as OrganizationPart | undefined, change as PartChange<'organizations'>, organizationRules) as Part<K>
+      return await applyOrganizations(previous as OrganizationPart | undefined, change as PartChange<'organizations'>) as Part<K>
     case 'keys':
-      return await applyKeyed(previous as KeyPart | undefined, change as PartChange<'keys'>, keyRules) as Part<K>
+      return await applyKeys(previous as KeyPart | undefined, change as PartChange<'keys'>) as Part<K>
   }
   throw new Error(`unknown kind ${String(kind)}`)
 }
@@ -161,136 +168,263 @@ function applyToList (kind: 'providers' | 'endpoints', records: readonly unknown
   return [...kept, ...bySlug.values()]
 }
 
+/** A record's key, its value before and after (undefined: absent). */
+type Change<T> = readonly [key: string, before: T | undefined, after: T | undefined]
+
 /** What differs between the kinds changed record by record. */
-interface KeyedRules<T, P extends KeyedPart<T>> {
+interface KeyedRules<T> {
   keyOf(record: T): string
   /** The same record as far as a request can tell: then the old object is kept. */
   same(a: T, b: T): boolean
   /** A hash of the record, below 2^52. */
   hashOf(record: T): number
-  /** The part over a map, with its extra indexes updated for these changes. */
-  make(byKey: LayeredMap<string, T>, sum: number, previous: P | undefined, changes: ReadonlyArray<readonly [string, T | undefined, T | undefined]>, rebuilt: boolean): P | Promise<P>
 }
 
 const HASH_RANGE = 2 ** 52
 const hash52 = (text: string) => hashId(text) % HASH_RANGE
 
-const keyRules: KeyedRules<ApiKey, KeyPart> = {
+const keyRules: KeyedRules<ApiKey> = {
   keyOf: (key) => key.name,
   same: (a, b) => a.sha256 === b.sha256 && a.kind === b.kind && a.organization_id === b.organization_id,
-  hashOf: (key) => hash52(`${key.name}\u0000${key.sha256}\u0000${key.kind}\u0000${key.organization_id}`),
-  async make (byKey, sum, previous, changes, rebuilt) {
-    if (rebuilt || previous === undefined) {
-      const bySha = new Map<string, ApiKey>()
-      const slicer = createSlicer()
-      for (const key of byKey.values()) {
-        bySha.set(key.sha256, key)
-        if (slicer.due()) await slicer.pause()
-      }
-      return { byKey, sum, bySha: LayeredMap.of(bySha) }
-    }
-    // Old hashes out first, new ones in after: a hash that moves from one key to another in the
-    // same change stays.
-    const shaChanges: Array<[string, ApiKey | undefined]> = []
-    for (const [, before] of changes) if (before) shaChanges.push([before.sha256, undefined])
-    for (const [, , after] of changes) if (after) shaChanges.push([after.sha256, after])
-    return { byKey, sum, bySha: previous.bySha.with(shaChanges) }
-  }
+  hashOf: hashOfKey
 }
 
-const organizationRules: KeyedRules<Organization, OrganizationPart> = {
+const organizationRules: KeyedRules<Organization> = {
   keyOf: (organization) => organization.id,
   same: (a, b) => a.name === b.name && a.members.version === b.members.version,
-  hashOf: (organization) => hash52(`${organization.id}\u0000${organization.name}\u0000${organization.members.version}`),
-  make (byKey, sum, previous, changes, rebuilt) {
-    let members = 0
-    if (rebuilt || previous === undefined) {
-      for (const organization of byKey.values()) members += organization.members.length
-    } else {
-      members = previous.members
-      for (const [, before, after] of changes) members += (after?.members.length ?? 0) - (before?.members.length ?? 0)
-    }
-    return { byKey, sum, members }
-  }
+  hashOf: (organization) => hash52(`${organization.id}\u0000${organization.name}\u0000${organization.members.version}`)
 }
 
 /** Changes larger than this build a new base rather than an overlay that would be folded at once. */
 const REBUILD_FROM = 65536
 
-async function applyKeyed<T, P extends KeyedPart<T>> (previous: P | undefined, change: PartChange, rules: KeyedRules<T, P>): Promise<P> {
-  const slicer = createSlicer()
-  const old = previous?.byKey
-  let upsert: readonly T[]
-  let remove: readonly string[]
-  if ('all' in change) {
-    const records = change.all as unknown as readonly T[]
-    if (old === undefined) return await build(records)
-    // Only what differs from the part in place: the rest keeps its objects and its place.
-    const seen = new Set<string>()
-    const changed: T[] = []
-    for (const record of records) {
-      const key = rules.keyOf(record)
-      seen.add(key)
-      const before = old.get(key)
-      if (before === undefined || !rules.same(before, record)) changed.push(record)
-      if (slicer.due()) await slicer.pause()
-    }
-    const gone: string[] = []
-    for (const record of old.values()) {
-      if (!seen.has(rules.keyOf(record))) gone.push(rules.keyOf(record))
-      if (slicer.due()) await slicer.pause()
-    }
-    if (changed.length + gone.length > REBUILD_FROM) {
-      // Keep the objects of the records that did not change: their derived forms go on being shared.
-      return await build(records.map((record) => {
-        const before = old.get(rules.keyOf(record))
-        return before !== undefined && rules.same(before, record) ? before : record
-      }))
-    }
-    upsert = changed
-    remove = gone
-  } else {
-    upsert = change.upsert as unknown as readonly T[]
-    remove = change.remove
-  }
-  if (old === undefined) throw new Error('a partial change needs the part it changes')
-  let sum = previous!.sum
-  const changes: Array<readonly [string, T | undefined, T | undefined]> = []
+/** The changes that `upsert` and `remove` make to `old`: a record equal to the one in place is none. */
+function changesTo<T> (old: LayeredMap<string, T>, upsert: readonly T[], remove: readonly string[], rules: KeyedRules<T>): Array<Change<T>> {
+  const changes: Array<Change<T>> = []
   for (const record of upsert) {
     const key = rules.keyOf(record)
     const before = old.get(key)
-    if (before !== undefined && rules.same(before, record)) continue
-    changes.push([key, before, record])
+    if (before === undefined || !rules.same(before, record)) changes.push([key, before, record])
   }
   for (const key of remove) {
     const before = old.get(key)
     if (before !== undefined) changes.push([key, before, undefined])
   }
+  return changes
+}
+
+/** The sum of the records' hashes after these changes. */
+function sumAfter<T> (sum: number, changes: ReadonlyArray<Change<T>>, rules: KeyedRules<T>): number {
   for (const [, before, after] of changes) {
     if (before !== undefined) sum = (sum - rules.hashOf(before) + HASH_RANGE) % HASH_RANGE
     if (after !== undefined) sum = (sum + rules.hashOf(after)) % HASH_RANGE
   }
-  const byKey = old.with(changes.map(([key, , after]) => [key, after] as const))
-  return await rules.make(byKey, sum, previous, changes, false)
+  return sum
+}
 
-  async function build (records: readonly T[]): Promise<P> {
-    const map = new Map<string, T>()
-    let sum = 0
+async function applyOrganizations (previous: OrganizationPart | undefined, change: PartChange<'organizations'>): Promise<OrganizationPart> {
+  const slicer = createSlicer()
+  const old = previous?.byKey
+  let changes: Array<Change<Organization>>
+  if ('all' in change) {
+    const records = change.all
+    if (old === undefined) return await build(records)
+    // Only what differs from the part in place: the rest keeps its objects and its place.
+    const seen = new Set<string>()
+    const changed: Organization[] = []
     for (const record of records) {
-      map.set(rules.keyOf(record), record)
-      sum = (sum + rules.hashOf(record)) % HASH_RANGE
+      seen.add(record.id)
+      const before = old.get(record.id)
+      if (before === undefined || !organizationRules.same(before, record)) changed.push(record)
       if (slicer.due()) await slicer.pause()
     }
-    return await rules.make(LayeredMap.of(map), sum, undefined, [], true)
+    const gone: string[] = []
+    for (const record of old.values()) {
+      if (!seen.has(record.id)) gone.push(record.id)
+      if (slicer.due()) await slicer.pause()
+    }
+    if (changed.length + gone.length > REBUILD_FROM) {
+      // Keep the objects of the records that did not change: their derived forms go on being shared.
+      return await build(records.map((record) => {
+        const before = old.get(record.id)
+        return before !== undefined && organizationRules.same(before, record) ? before : record
+      }))
+    }
+    changes = changesTo(old, changed, gone, organizationRules)
+  } else {
+    if (previous === undefined) throw new Error('a partial change needs the part it changes')
+    changes = changesTo(previous.byKey, change.upsert, change.remove, organizationRules)
+  }
+  let members = previous!.members
+  for (const [, before, after] of changes) members += (after?.members.length ?? 0) - (before?.members.length ?? 0)
+  return {
+    byKey: previous!.byKey.with(changes.map(([key, , after]) => [key, after] as const)),
+    sum: sumAfter(previous!.sum, changes, organizationRules),
+    members
+  }
+
+  async function build (records: readonly Organization[]): Promise<OrganizationPart> {
+    const map = new Map<string, Organization>()
+    let sum = 0
+    let members = 0
+    for (const record of records) {
+      map.set(record.id, record)
+      sum = (sum + organizationRules.hashOf(record)) % HASH_RANGE
+      members += record.members.length
+      if (slicer.due()) await slicer.pause()
+    }
+    return { byKey: LayeredMap.of(map), sum, members }
+  }
+}
+
+/** The part of keys whose base is `table`, without changes above it. */
+function keyPartOf (table: KeyTable): KeyPart {
+  return { table, byKey: LayeredMap.of(table.byName), bySha: LayeredMap.of(table.bySha), sum: table.sum }
+}
+
+async function applyKeys (previous: KeyPart | undefined, change: PartChange<'keys'>): Promise<KeyPart> {
+  if (previous === undefined) {
+    if (!('all' in change)) throw new Error('a partial change needs the part it changes')
+    return keyPartOf(change.all instanceof KeyTable ? change.all : KeyTable.of(change.all, 'keys'))
+  }
+  // A table is what a source reads when most keys changed: the new base.
+  if ('all' in change && change.all instanceof KeyTable) return keyPartOf(change.all)
+  if ('all' in change) {
+    const all = change.all as readonly ApiKey[]
+    change = await readKeyChange(previous, 'keys', async (add) => { for (const key of all) add(key) })
+    if ('all' in change) return keyPartOf(change.all as KeyTable)
+  }
+  return withKeyChanges(previous, changesTo(previous.byKey, change.upsert, change.remove, keyRules))
+}
+
+/** Thrown by KeyDiff.add past REBUILD_FROM changes. */
+const TOO_MANY = Symbol('too many changes')
+
+/**
+ * Every key, read by `read` (which hands each to `add`, in order), as a change to the keys in
+ * `previous`: the keys that differ and the names gone, when they are few, so that a revocation in
+ * a million keys costs a lookup a key and a new overlay entry; or a new KeyTable when more than
+ * REBUILD_FROM differ (then `read` runs twice). A name or a SHA-256 met twice is a DataError naming
+ * both records (`where: [5].name: ... duplicates [2].name`), as if the whole were checked.
+ */
+export async function readKeyChange (previous: KeyPart | undefined, where: string, read: (add: (key: ApiKey) => void) => Promise<void>): Promise<PartChange<'keys'>> {
+  if (previous !== undefined) {
+    const diff = new KeyDiff(previous, where)
+    try {
+      await read((key) => diff.add(key))
+      return diff.finish()
+    } catch (error) {
+      if (error !== TOO_MANY) throw error
+    }
+  }
+  const builder = new KeyTableBuilder(where, previous?.byKey.size)
+  await read((key) => builder.add(key))
+  return { kind: 'keys', all: builder.finish() }
+}
+
+/** The keys read, compared one by one with those in place (KeyPart: a table and an overlay above it). */
+class KeyDiff {
+  /** Per row of the table: 1 + the index of the record read with its name; 0 while none was. */
+  private readonly seen: Int32Array
+  /** Names read that are not in the table, or that the overlay holds: where they were read. */
+  private readonly others = new Map<string, number>()
+  /** Keys read that differ from those in place, by name, and where they were read. */
+  private readonly changed = new Map<string, { key: ApiKey, before: ApiKey | undefined, index: number }>()
+  private count = 0
+
+  constructor (private readonly previous: KeyPart, private readonly where: string) {
+    this.seen = new Int32Array(previous.table.size)
+  }
+
+  add (key: ApiKey) {
+    const index = this.count++
+    const { table, byKey } = this.previous
+    const row = byKey.overlays(key.name) ? -1 : table.rowOfName(key.name)
+    let before: ApiKey | undefined
+    if (row >= 0) {
+      if (this.seen[row] !== 0) this.duplicate(index, 'name', key.name, this.seen[row]! - 1)
+      this.seen[row] = index + 1
+      if (table.sameKey(row, key)) return
+      before = table.key(row)
+    } else {
+      const first = this.others.get(key.name)
+      if (first !== undefined) this.duplicate(index, 'name', key.name, first)
+      this.others.set(key.name, index)
+      before = byKey.get(key.name)
+      if (before !== undefined && keyRules.same(before, key)) return
+    }
+    this.changed.set(key.name, { key, before, index })
+    if (this.changed.size > REBUILD_FROM) throw TOO_MANY
+  }
+
+  finish (): PartChange<'keys'> {
+    const { table, byKey, bySha } = this.previous
+    const remove: string[] = []
+    for (let row = 0; row < table.size; row++) {
+      if (this.seen[row] === 0 && !byKey.overlays(table.nameOf(row))) remove.push(table.nameOf(row))
+    }
+    for (const name of byKey.overlaid()) {
+      if (!this.others.has(name) && byKey.get(name) !== undefined) remove.push(name)
+    }
+    const removed = new Set(remove)
+    // A SHA-256 a changed key takes must be free: held by no other changed key, and by no key in
+    // place that keeps it.
+    const shas = new Map<string, number>()
+    for (const { key, index } of this.changed.values()) {
+      const first = shas.get(key.sha256)
+      if (first !== undefined) this.duplicate(Math.max(index, first), 'sha256', undefined, Math.min(index, first))
+      shas.set(key.sha256, index)
+      const holder = bySha.get(key.sha256)
+      if (holder === undefined || holder.name === key.name || removed.has(holder.name)) continue
+      const next = this.changed.get(holder.name)
+      if (next !== undefined && next.key.sha256 !== key.sha256) continue
+      const at = next?.index ?? this.indexOf(holder.name)
+      this.duplicate(Math.max(index, at), 'sha256', undefined, Math.min(index, at))
+    }
+    return { kind: 'keys', upsert: [...this.changed.values()].map(({ key }) => key), remove }
+  }
+
+  /** Where the key of this name, unchanged, was read. */
+  private indexOf (name: string): number {
+    const row = this.previous.byKey.overlays(name) ? -1 : this.previous.table.rowOfName(name)
+    return row >= 0 ? this.seen[row]! - 1 : this.others.get(name)!
+  }
+
+  private duplicate (index: number, field: 'name' | 'sha256', value: string | undefined, first: number): never {
+    throw new DataError(`${this.where}: [${index}].${field}: ${quoteValue(value, field)} duplicates [${first}].${field}`)
+  }
+}
+
+function withKeyChanges (previous: KeyPart, changes: ReadonlyArray<Change<ApiKey>>): KeyPart {
+  // Old hashes out first, new ones in after: a hash that moves from one key to another in the
+  // same change stays.
+  const shaChanges: Array<[string, ApiKey | undefined]> = []
+  for (const [, before] of changes) if (before) shaChanges.push([before.sha256, undefined])
+  for (const [, , after] of changes) if (after) shaChanges.push([after.sha256, after])
+  return {
+    table: previous.table,
+    byKey: previous.byKey.with(changes.map(([key, , after]) => [key, after] as const)),
+    bySha: previous.bySha.with(shaChanges),
+    sum: sumAfter(previous.sum, changes, keyRules)
   }
 }
 
 /** The part with its maps folded into new bases, or undefined when none has grown enough to need it. */
 export async function compactPart<K extends RecordKind> (part: Part<K>): Promise<Part<K> | undefined> {
   if (!('byKey' in part) || !part.byKey.overgrown) return undefined
-  const byKey = await part.byKey.compacted()
-  const bySha = 'bySha' in part ? await part.bySha.compacted() : undefined
-  return { ...part, byKey, ...(bySha ? { bySha } : {}) } as Part<K>
+  if (!('table' in part)) return { ...part, byKey: await part.byKey.compacted() } as Part<K>
+  // Keys: the rows of the table that no change touched, then the keys the changes left.
+  const slicer = createSlicer()
+  const builder = new KeyTableBuilder('keys', part.byKey.size)
+  for (let row = 0; row < part.table.size; row++) {
+    if (!part.byKey.overlays(part.table.nameOf(row))) builder.copy(part.table, row)
+    if (slicer.due()) await slicer.pause()
+  }
+  for (const name of part.byKey.overlaid()) {
+    const key = part.byKey.get(name)
+    if (key !== undefined) builder.add(key)
+  }
+  return keyPartOf(builder.finish()) as Part<K>
 }
 
 /**
@@ -303,5 +437,5 @@ export function rebasePart<K extends RecordKind> (current: Part<K>, from: Part<K
   if (byKey === undefined) return undefined
   if (!('bySha' in current)) return { ...current, byKey } as Part<K>
   const bySha = current.bySha.rebase((from as KeyPart).bySha, (compacted as KeyPart).bySha)
-  return bySha === undefined ? undefined : { ...current, byKey, bySha } as Part<K>
+  return bySha === undefined ? undefined : { ...current, table: (compacted as KeyPart).table, byKey, bySha } as Part<K>
 }

@@ -1,3 +1,4 @@
+import { KeyTable } from './key-table.js'
 import { RECORD_KINDS, type DirectoryData, type RecordKind } from './records.js'
 import type { PartChange, Snapshot } from './snapshot.js'
 
@@ -35,7 +36,8 @@ export interface Source {
 export async function readAll (source: Source): Promise<DirectoryData> {
   const entries = await Promise.all(RECORD_KINDS.map(async (kind) => {
     const change = await source.read(kind, 'all', undefined)
-    return [kind, 'all' in change ? change.all : []] as const
+    // A KeyTable made an array: the tools that read everything once want the records themselves.
+    return [kind, 'all' in change ? change.all instanceof KeyTable ? [...change.all.values()] : change.all : []] as const
   }))
   return Object.fromEntries(entries) as unknown as DirectoryData
 }

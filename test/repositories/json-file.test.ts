@@ -3,7 +3,7 @@ import { mkdtemp, mkdir, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { MAX_DEPTH, readJsonFile } from '../../src/repositories/json-file.js'
+import { MAX_DEPTH, readJsonArray, readJsonFile } from '../../src/repositories/json-file.js'
 
 let dir: string
 beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'json-file-')) })
@@ -75,5 +75,35 @@ describe('reading a JSON data file', () => {
     await writeFile(join(dir, 'real.json'), '[true]')
     await symlink(join(dir, 'real.json'), join(dir, 'link.json'))
     expect(await readJsonFile(join(dir, 'link.json'), 'link.json')).toEqual([true])
+  })
+})
+
+describe('reading a large JSON array a batch at a time', () => {
+  /** The batches readJsonArray hands over for `content`, and what it read whole instead, if anything. */
+  async function batches (content: string) {
+    const path = join(dir, 'data.json')
+    await writeFile(path, content)
+    const handed: unknown[][] = []
+    const whole = await readJsonArray(path, 'data.json', (values) => { handed.push(values) })
+    return { handed, whole }
+  }
+
+  it('hands over every element of a file of many batches, in order, never reading it whole', async () => {
+    const records = Array.from({ length: 5000 }, (_, i) => ({ name: `key-${i}`, note: 'x'.repeat(40), nested: [i, { i }] }))
+    const { handed, whole } = await batches(JSON.stringify(records))
+    expect(whole).toBeUndefined()
+    expect(handed.length).toBeGreaterThan(2)
+    expect(handed.flat()).toEqual(records)
+  })
+
+  it.each([
+    ['a repeated comma between batches', (text: string) => text.replace('},{"name":"key-4000"', '},,{"name":"key-4000"')],
+    ['a trailing comma', (text: string) => text.replace(/]$/, ',]')],
+    ['a missing comma', (text: string) => text.replace('},{"name":"key-4000"', '}{"name":"key-4000"')]
+  ])('leaves %s to the whole read, which says where it is', async (_, spoil) => {
+    const records = Array.from({ length: 5000 }, (_, i) => ({ name: `key-${i}`, note: 'x'.repeat(40) }))
+    const path = join(dir, 'data.json')
+    await writeFile(path, spoil(JSON.stringify(records)))
+    await expect(readJsonArray(path, 'data.json', () => {})).rejects.toThrow(/^data\.json: not valid JSON at line 1, column \d+/)
   })
 })

@@ -6,7 +6,7 @@ import { readJsonArray } from '../json-file.js'
 import { readOrganizationsFile } from '../organizations-file.js'
 import { blockIndex } from '../member-list.js'
 import { createSlicer } from '../slices.js'
-import type { PartChange, Snapshot } from '../snapshot.js'
+import { readKeyChange, type PartChange, type Snapshot } from '../snapshot.js'
 import { readAll, type Source, type SourceEvents } from '../source.js'
 
 /** The data file of each kind, by kind. */
@@ -31,38 +31,48 @@ async function signatureOf (path: string) {
 }
 
 /**
- * One data file, validated: its records as the snapshot holds them. Any problem (a missing file, bad
- * JSON, a bad record) is a DataError naming the file, record and field. organizations.json shares
- * the member blocks of `current`'s organizations that did not change.
+ * One data file, validated, as a change to the kind: every record, as the snapshot holds them, or
+ * for keys.json the keys that differ from `current`'s (readKeyChange). Any problem (a missing file,
+ * bad JSON, a bad record) is a DataError naming the file, record and field. organizations.json
+ * shares the member blocks of `current`'s organizations that did not change.
  */
-async function readFile<K extends RecordKind> (dir: string, kind: K, current: Snapshot | undefined): Promise<ReadonlyArray<Held<K>>> {
+async function readFile<K extends RecordKind> (dir: string, kind: K, current: Snapshot | undefined): Promise<PartChange<K>> {
   const file = KINDS[kind].file
   const path = join(dir, file)
-  let records: Array<Held<K>>
   try {
     if (kind === 'organizations') {
       const shared = current ? blockIndex(mapValues(current.parts.organizations.byKey.values(), (organization) => organization.members)) : undefined
-      records = await readOrganizationsFile(path, file, shared) as Array<Held<K>>
-    } else {
-      records = []
-      const slicer = createSlicer()
-      const whole = await readJsonArray(path, file, async (values, first) => {
-        for (let k = 0; k < values.length; k++) {
-          const problem = recordProblem(kind, values[k], first + k)
-          if (problem !== undefined) throw new DataError(`${file}: ${problem}`)
-          records.push(values[k] as Held<K>)
-          if (slicer.due()) await slicer.pause()
-        }
-      })
-      if (whole !== undefined) records = validateWhole(kind, whole, file)
+      const records = await readOrganizationsFile(path, file, shared)
+      assertUnique('organizations', records, file)
+      return { kind, all: records } as unknown as PartChange<K>
     }
+    if (kind === 'keys') {
+      return await readKeyChange(current?.parts.keys, file, (add) => readRecords('keys', path, file, add)) as PartChange<K>
+    }
+    const records: Array<Held<K>> = []
+    await readRecords(kind, path, file, (record) => records.push(record))
+    assertUnique(kind, records, file)
+    return { kind, all: records } as unknown as PartChange<K>
   } catch (error) {
     if (error instanceof DataError) throw error
     // The file is missing, not a file, too large, not JSON: the data is wrong, not the reading.
     throw new DataError((error as Error).message)
   }
-  assertUnique(kind, records, file)
-  return records
+}
+
+/** Hands each record of an array file to `add`, in order, validated, a batch at a time. */
+async function readRecords<K extends RecordKind> (kind: K, path: string, file: string, add: (record: Held<K>) => void) {
+  const slicer = createSlicer()
+  const whole = await readJsonArray(path, file, async (values, first) => {
+    for (let k = 0; k < values.length; k++) {
+      const problem = recordProblem(kind, values[k], first + k)
+      if (problem !== undefined) throw new DataError(`${file}: ${problem}`)
+      add(values[k] as Held<K>)
+      if (slicer.due()) await slicer.pause()
+    }
+  })
+  // The scan gave up (the file is not what it expects): the file was read whole instead.
+  if (whole !== undefined) for (const record of validateWhole(kind, whole, file)) add(record)
 }
 
 function validateWhole<K extends RecordKind> (kind: K, value: unknown, file: string): Array<Held<K>> {
@@ -160,13 +170,13 @@ export function createFileSource (dir: string): Source {
       const path = join(dir, KINDS[kind].file)
       for (let attempt = 1; ; attempt++) {
         const before = await signatureOf(path)
-        const records = await readFile(dir, kind, current).catch(async (error: unknown) => {
+        const change = await readFile(dir, kind, current).catch(async (error: unknown) => {
           if (attempt < READ_ATTEMPTS && before !== await signatureOf(path)) return undefined
           throw error
         })
-        if (records !== undefined && (attempt === READ_ATTEMPTS || before === await signatureOf(path))) {
+        if (change !== undefined && (attempt === READ_ATTEMPTS || before === await signatureOf(path))) {
           if (!seen.has(kind)) seen.set(kind, before)
-          return { kind, all: records } as PartChange<typeof kind>
+          return change
         }
       }
     },

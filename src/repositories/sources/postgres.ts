@@ -4,7 +4,7 @@ import { DataError, RECORD_KINDS, assertUnique, type RecordKind, memberProblem, 
 import { MemberList, MemberListBuilder, blockIndex, type Block } from '../member-list.js'
 import { quoteValue } from '../../schemas/describe-error.js'
 import type { Source, SourceEvents } from '../source.js'
-import type { PartChange, Snapshot } from '../snapshot.js'
+import { readKeyChange, type PartChange, type Snapshot } from '../snapshot.js'
 import type { ApiKey } from '../../schemas/fixtures.js'
 import type { Member } from '../../schemas/member.js'
 import { CHANNEL, checkSchema } from './postgres-schema.js'
@@ -131,24 +131,35 @@ async function readEndpoints (client: pg.ClientBase) {
 /** Rows of keys fetched at a time through a cursor: a batch that dies young, and a turn for requests between batches. */
 const KEY_BATCH = 20_000
 
-/** Keys, all or those of these names, validated; a bad row is a DataError naming it. */
-async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all') {
+/**
+ * Keys, all (as a change to those in place: readKeyChange) or those of these names, validated; a
+ * bad row is a DataError naming it. Never a million objects at once: a batch at a time.
+ */
+async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all', current: Snapshot | undefined): Promise<PartChange<'keys'>> {
   const columns = 'SELECT name, sha256, kind, organization_id FROM keys'
-  await client.query(names === 'all'
-    ? `DECLARE key_rows NO SCROLL CURSOR FOR ${columns} ORDER BY name`
-    : { text: `DECLARE key_rows NO SCROLL CURSOR FOR ${columns} WHERE name = ANY($1) ORDER BY name`, values: [names] })
-  const keys: ApiKey[] = []
-  for (;;) {
-    const { rows } = await client.query(`FETCH ${KEY_BATCH} FROM key_rows`)
-    for (const row of rows) {
-      const problem = recordProblem('keys', row, keys.length)
-      if (problem !== undefined) locateRow(new DataError(`keys: ${problem}`), 'keys', () => `name ${quoteValue(row.name)}`)
-      keys.push(row)
+  const read = async (add: (key: ApiKey) => void) => {
+    await client.query(names === 'all'
+      ? `DECLARE key_rows NO SCROLL CURSOR FOR ${columns} ORDER BY name`
+      : { text: `DECLARE key_rows NO SCROLL CURSOR FOR ${columns} WHERE name = ANY($1) ORDER BY name`, values: [names] })
+    try {
+      for (let index = 0; ; index += KEY_BATCH) {
+        const { rows } = await client.query(`FETCH ${KEY_BATCH} FROM key_rows`)
+        for (const [k, row] of rows.entries()) {
+          const problem = recordProblem('keys', row, index + k)
+          if (problem !== undefined) locateRow(new DataError(`keys: ${problem}`), 'keys', () => `name ${quoteValue(row.name)}`)
+          add(row)
+        }
+        if (rows.length < KEY_BATCH) break
+      }
+    } finally {
+      await client.query('CLOSE key_rows')
     }
-    if (rows.length < KEY_BATCH) break
   }
-  await client.query('CLOSE key_rows')
-  return keys
+  if (names === 'all') return await readKeyChange(current?.parts.keys, 'table keys', read)
+  const found: ApiKey[] = []
+  await read((key) => found.push(key))
+  const present = new Set(found.map((key) => key.name))
+  return { kind: 'keys', upsert: found, remove: names.filter((name) => !present.has(name)) }
 }
 
 async function readOrganizationList (client: pg.ClientBase, ids: readonly string[] | 'all'): Promise<Array<{ id: string, name: string }>> {
@@ -338,10 +349,7 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
       case 'providers': return { kind, all: await readProviders(client) }
       case 'endpoints': return { kind, all: await readEndpoints(client) }
       case 'keys': {
-        const found = await readKeys(client, keys)
-        if (keys === 'all') return { kind, all: found }
-        const present = new Set(found.map((key) => key.name))
-        return { kind, upsert: found, remove: keys.filter((name) => !present.has(name)) }
+        return await readKeys(client, keys, current)
       }
       case 'organizations': {
         const found = await readOrganizations(client, keys, current)

@@ -1,0 +1,317 @@
+import { quoteValue } from '../schemas/describe-error.js'
+import { KEY_KINDS, type ApiKey } from '../schemas/fixtures.js'
+import { DataError } from './data-error.js'
+
+/** A SHA-256 is 8 words of 32 bits. */
+const SHA_WORDS = 8
+
+/** A SHA-256 given as hex, read into words here to be compared with the table's without allocating. */
+const probe = new Uint32Array(SHA_WORDS)
+
+/** A hex digit's value (lowercase only, as the schema says), or -1. */
+function hexDigit (code: number): number {
+  return code >= 0x30 && code <= 0x39 ? code - 0x30 : code >= 0x61 && code <= 0x66 ? code - 0x57 : -1
+}
+
+/**
+ * Reads a SHA-256 in lowercase hex into `probe`, 8 hex digits a word; false when it is not 64 hex
+ * digits. In plain JavaScript: a native Buffer.write costs more than the work for 32 bytes.
+ */
+function readProbe (sha256: string): boolean {
+  if (sha256.length !== 64) return false
+  for (let w = 0; w < SHA_WORDS; w++) {
+    let word = 0
+    for (let i = w * 8; i < w * 8 + 8; i++) {
+      const digit = hexDigit(sha256.charCodeAt(i))
+      if (digit < 0) return false
+      word = (word << 4) | digit
+    }
+    probe[w] = word
+  }
+  return true
+}
+
+/** The lowercase hex of 8 words (the inverse of readProbe). */
+function hexOf (words: Uint32Array, at: number): string {
+  let hex = ''
+  for (let w = at; w < at + SHA_WORDS; w++) hex += words[w]!.toString(16).padStart(8, '0')
+  return hex
+}
+
+function nameHash (name: string): number {
+  let h = 0x811c9dc5
+  for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 0x01000193)
+  // FNV-1a's low bits alone follow the last characters: names that count up would fall in runs of
+  // neighbouring slots. Mixed (MurmurHash3's finalizer), every bit depends on every character.
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b)
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35)
+  return (h ^ (h >>> 16)) >>> 0
+}
+
+/**
+ * A hash of a whole key below 2^52, from the hashes of its name and organization, its kind and its
+ * SHA-256's first words (random already): the snapshot's fingerprint sums them. Not a sum of its
+ * parts, so that two keys that swap organizations change the fingerprint.
+ */
+function keyHash (name: number, organization: number, kind: number, sha0: number, sha1: number): number {
+  let a = Math.imul(name ^ kind, 0x01000193)
+  a = Math.imul(a ^ organization, 0x5bd1e995)
+  a = Math.imul(a ^ (a >>> 15) ^ sha0, 0x01000193)
+  return (a >>> 0) * 0x100000 + ((sha1 ^ name) & 0xfffff)
+}
+
+/** The hash of a key as an object; equal to its row's in a table. */
+export function hashOfKey (key: ApiKey): number {
+  readProbe(key.sha256)
+  return keyHash(nameHash(key.name), nameHash(key.organization_id), KEY_KINDS.indexOf(key.kind), probe[0]!, probe[1]!)
+}
+
+/** What LayeredMap needs of its base: a Map is one, and so are a KeyTable's two indexes. */
+export interface MapLike<K, V> {
+  readonly size: number
+  get(key: K): V | undefined
+  has(key: K): boolean
+  [Symbol.iterator](): Iterator<readonly [K, V]>
+}
+
+/**
+ * A million keys held compactly: columns of typed arrays (the SHA-256 as 32 bytes, the kind as one,
+ * the organization as an index into its ids) and two open-addressed indexes (by name, by SHA-256)
+ * of 4 bytes a slot, instead of a million objects and two Maps. A key is made into an ApiKey object
+ * only when it is asked for. Immutable once built (KeyTableBuilder): changes go in a LayeredMap's
+ * overlay above it, and a compaction builds a new table.
+ */
+export class KeyTable {
+  /** The keys by name and by SHA-256 (lowercase hex), as maps for a LayeredMap's base. */
+  readonly byName: MapLike<string, ApiKey>
+  readonly bySha: MapLike<string, ApiKey>
+
+  constructor (
+    readonly size: number,
+    /** The sum of the keys' hashes modulo 2^52 (the snapshot's fingerprint). */
+    readonly sum: number,
+    // The columns, row by row (read by KeyTableBuilder.copy).
+    readonly names: readonly string[],
+    readonly shas: Uint32Array,
+    readonly kinds: Uint8Array,
+    readonly organizations: Uint32Array,
+    readonly organizationIds: readonly string[],
+    private readonly nameSlots: Int32Array,
+    private readonly shaSlots: Int32Array
+  ) {
+    this.byName = this.view((name) => this.rowOfName(name), (row) => this.names[row]!)
+    this.bySha = this.view((sha256) => this.rowOfSha(sha256), (row) => this.shaOf(row))
+  }
+
+  static of (keys: Iterable<ApiKey>, where: string): KeyTable {
+    const builder = new KeyTableBuilder(where)
+    for (const key of keys) builder.add(key)
+    return builder.finish()
+  }
+
+  nameOf (row: number): string {
+    return this.names[row]!
+  }
+
+  key (row: number): ApiKey {
+    return {
+      name: this.names[row]!,
+      sha256: this.shaOf(row),
+      kind: KEY_KINDS[this.kinds[row]!]!,
+      organization_id: this.organizationIds[this.organizations[row]!]!
+    }
+  }
+
+  /** Every key, in row order. */
+  * values (): IterableIterator<ApiKey> {
+    for (let row = 0; row < this.size; row++) yield this.key(row)
+  }
+
+  /** The row of the key of this name, or -1. */
+  rowOfName (name: string): number {
+    const mask = this.nameSlots.length - 1
+    for (let slot = nameHash(name) & mask; ; slot = (slot + 1) & mask) {
+      const entry = this.nameSlots[slot]!
+      if (entry === 0) return -1
+      if (this.names[entry - 1] === name) return entry - 1
+    }
+  }
+
+  /** The row of the key whose SHA-256 (lowercase hex) this is, or -1. */
+  rowOfSha (sha256: string): number {
+    if (!readProbe(sha256)) return -1
+    const mask = this.shaSlots.length - 1
+    for (let slot = probe[0]! & mask; ; slot = (slot + 1) & mask) {
+      const entry = this.shaSlots[slot]!
+      if (entry === 0) return -1
+      if (this.shaIsProbe(entry - 1)) return entry - 1
+    }
+  }
+
+  /** Whether row `row` holds the same key as row `otherRow` of `other` (names aside). */
+  sameRow (row: number, other: KeyTable, otherRow: number): boolean {
+    if (this.kinds[row] !== other.kinds[otherRow]) return false
+    if (this.organizationIds[this.organizations[row]!] !== other.organizationIds[other.organizations[otherRow]!]) return false
+    for (let i = 0; i < SHA_WORDS; i++) if (this.shas[row * SHA_WORDS + i] !== other.shas[otherRow * SHA_WORDS + i]) return false
+    return true
+  }
+
+  /** Whether row `row` holds this key (names aside). */
+  sameKey (row: number, key: ApiKey): boolean {
+    return KEY_KINDS[this.kinds[row]!] === key.kind && this.organizationIds[this.organizations[row]!] === key.organization_id &&
+      readProbe(key.sha256) && this.shaIsProbe(row)
+  }
+
+  private shaIsProbe (row: number): boolean {
+    const at = row * SHA_WORDS
+    for (let i = 0; i < SHA_WORDS; i++) if (this.shas[at + i] !== probe[i]) return false
+    return true
+  }
+
+  private shaOf (row: number): string {
+    return hexOf(this.shas, row * SHA_WORDS)
+  }
+
+  private view (rowOf: (key: string) => number, keyOf: (row: number) => string): MapLike<string, ApiKey> {
+    const table = this
+    return {
+      size: this.size,
+      get: (key) => {
+        const row = rowOf(key)
+        return row < 0 ? undefined : table.key(row)
+      },
+      has: (key) => rowOf(key) >= 0,
+      * [Symbol.iterator] () {
+        for (let row = 0; row < table.size; row++) yield [keyOf(row), table.key(row)] as const
+      }
+    }
+  }
+}
+
+/** Builds a KeyTable a key at a time; a name or a SHA-256 met twice is a DataError naming both rows. */
+export class KeyTableBuilder {
+  private size = 0
+  private sum = 0
+  private readonly names: string[] = []
+  private shas: Uint32Array
+  private kinds: Uint8Array
+  private organizations: Uint32Array
+  private nameHashes: Uint32Array
+  private readonly organizationIds: string[] = []
+  private readonly organizationIndex = new Map<string, number>()
+  private readonly organizationHashes: number[] = []
+  private nameSlots: Int32Array
+  private shaSlots: Int32Array
+
+  /** `where` names the file or table in messages; `expected` sizes the arrays (they grow past it). */
+  constructor (private readonly where: string, expected = 1024) {
+    const capacity = Math.max(16, expected)
+    this.shas = new Uint32Array(capacity * SHA_WORDS)
+    this.kinds = new Uint8Array(capacity)
+    this.organizations = new Uint32Array(capacity)
+    this.nameHashes = new Uint32Array(capacity)
+    this.nameSlots = new Int32Array(slotsFor(capacity))
+    this.shaSlots = new Int32Array(slotsFor(capacity))
+  }
+
+  /** Adds a key, the next row (row n is record [n] in messages). */
+  add (key: ApiKey) {
+    if (!readProbe(key.sha256)) throw new DataError(`${this.where}: [${this.size}].sha256: not 64 hex digits`)
+    const row = this.reserve()
+    this.shas.set(probe, row * SHA_WORDS)
+    this.fill(row, key.name, KEY_KINDS.indexOf(key.kind), key.organization_id)
+  }
+
+  /** Adds row `row` of `table` as the next row. */
+  copy (table: KeyTable, row: number) {
+    const next = this.reserve()
+    this.shas.set(table.shas.subarray(row * SHA_WORDS, (row + 1) * SHA_WORDS), next * SHA_WORDS)
+    this.fill(next, table.names[row]!, table.kinds[row]!, table.organizationIds[table.organizations[row]!]!)
+  }
+
+  finish (): KeyTable {
+    const size = this.size
+    return new KeyTable(size, this.sum, this.names, this.shas.slice(0, size * SHA_WORDS), this.kinds.slice(0, size),
+      this.organizations.slice(0, size), this.organizationIds, this.nameSlots, this.shaSlots)
+  }
+
+  private reserve (): number {
+    if (this.size === this.kinds.length) this.grow()
+    return this.size
+  }
+
+  private fill (row: number, name: string, kind: number, organization: string) {
+    let index = this.organizationIndex.get(organization)
+    if (index === undefined) {
+      index = this.organizationIds.push(organization) - 1
+      this.organizationIndex.set(organization, index)
+      this.organizationHashes.push(nameHash(organization))
+    }
+    const hash = nameHash(name)
+    const names = this.nameSlots
+    let mask = names.length - 1
+    let nameSlot = hash & mask
+    for (let entry = names[nameSlot]!; entry !== 0; entry = names[nameSlot]!) {
+      if (this.names[entry - 1] === name) this.duplicate('name', name, entry - 1)
+      nameSlot = (nameSlot + 1) & mask
+    }
+    const shas = this.shaSlots
+    const at = row * SHA_WORDS
+    mask = shas.length - 1
+    let shaSlot = this.shas[at]! & mask
+    for (let entry = shas[shaSlot]!; entry !== 0; entry = shas[shaSlot]!) {
+      if (this.sameSha(row, entry - 1)) this.duplicate('sha256', undefined, entry - 1)
+      shaSlot = (shaSlot + 1) & mask
+    }
+    names[nameSlot] = row + 1
+    shas[shaSlot] = row + 1
+    this.names.push(name)
+    this.nameHashes[row] = hash
+    this.kinds[row] = kind
+    this.organizations[row] = index
+    this.sum = (this.sum + keyHash(hash, this.organizationHashes[index]!, kind, this.shas[at]!, this.shas[at + 1]!)) % 2 ** 52
+    this.size++
+  }
+
+  private sameSha (row: number, other: number): boolean {
+    for (let i = 0; i < SHA_WORDS; i++) if (this.shas[row * SHA_WORDS + i] !== this.shas[other * SHA_WORDS + i]) return false
+    return true
+  }
+
+  private duplicate (field: 'name' | 'sha256', value: string | undefined, first: number): never {
+    // Never the hash itself: quoteValue says "the value" for it.
+    throw new DataError(`${this.where}: [${this.size}].${field}: ${quoteValue(value, field)} duplicates [${first}].${field}`)
+  }
+
+  /** Twice the room: the columns copied, the indexes built again from the rows' hashes. */
+  private grow () {
+    const capacity = this.kinds.length * 2
+    const widen = <T extends Uint32Array | Uint8Array>(array: T, length: number): T => {
+      const wider = new (array.constructor as new (length: number) => T)(length)
+      wider.set(array)
+      return wider
+    }
+    this.shas = widen(this.shas, capacity * SHA_WORDS)
+    this.kinds = widen(this.kinds, capacity)
+    this.organizations = widen(this.organizations, capacity)
+    this.nameHashes = widen(this.nameHashes, capacity)
+    this.nameSlots = new Int32Array(slotsFor(capacity))
+    this.shaSlots = new Int32Array(slotsFor(capacity))
+    const mask = this.nameSlots.length - 1
+    for (let row = 0; row < this.size; row++) {
+      let slot = this.nameHashes[row]! & mask
+      while (this.nameSlots[slot] !== 0) slot = (slot + 1) & mask
+      this.nameSlots[slot] = row + 1
+      slot = this.shas[row * SHA_WORDS]! & mask
+      while (this.shaSlots[slot] !== 0) slot = (slot + 1) & mask
+      this.shaSlots[slot] = row + 1
+    }
+  }
+}
+
+/** Slots for `rows` rows: a power of two, at most half full. */
+function slotsFor (rows: number): number {
+  let slots = 16
+  while (slots < rows * 2) slots *= 2
+  return slots
+}

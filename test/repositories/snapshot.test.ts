@@ -1,0 +1,114 @@
+import { describe, expect, it } from 'vitest'
+import { applyChange, compactPart, createSnapshot, rebasePart, type Snapshot } from '../../src/repositories/snapshot.js'
+import type { ApiKey } from '../../src/schemas/fixtures.js'
+import { makeData, recordsOf, sha256 } from '../helper.js'
+
+const key = (i: number, overrides: Partial<ApiKey> = {}): ApiKey => ({
+  name: `key-${i}`, sha256: sha256(`k${i}`), kind: i % 7 === 0 ? 'management' : 'standard', organization_id: `org_${i % 13}`, ...overrides
+})
+const keys = (count: number) => Array.from({ length: count }, (_, i) => key(i))
+
+/** The snapshot a change to the keys makes of `before`, read whole. */
+async function changed (before: Snapshot, next: readonly ApiKey[]) {
+  return before.withPart('keys', await applyChange(before.parts.keys, { kind: 'keys', all: next }), before.version + 1)
+}
+
+/** What a replica that loads these keys from scratch serves. */
+const fresh = (next: ApiKey[]) => createSnapshot({ ...makeData(), keys: next })
+
+describe('keys changed in a snapshot', () => {
+  it('serves, after a change read whole, what a replica loading the same keys serves, fingerprint included', async () => {
+    const before = await fresh(keys(5000))
+    const next = keys(5000)
+    next.splice(10, 1) // revoked
+    next.push(key(9000)) // minted
+    next[20] = { ...next[20]!, organization_id: 'org_moved', kind: 'management' }
+    // Two keys swap hashes in one change.
+    const [a, b] = [next[30]!, next[31]!]
+    next[30] = { ...a, sha256: b.sha256 }
+    next[31] = { ...b, sha256: a.sha256 }
+    const after = await changed(before, next)
+    const replica = await fresh(next)
+    expect(after.fingerprint).toBe(replica.fingerprint)
+    expect(after.fingerprint).not.toBe(before.fingerprint)
+    expect(recordsOf(after).keys).toEqual(recordsOf(replica).keys)
+    expect(after.findKey(sha256('k10'))).toBeUndefined()
+    expect(after.findKey(sha256('k9000'))).toEqual(key(9000))
+    expect(after.findKey(b.sha256)).toEqual({ ...a, sha256: b.sha256 })
+    expect(after.counts().keys).toBe(5000)
+    // The rows that did not change stay where they were read: the change is an overlay above them.
+    expect(after.parts.keys.table).toBe(before.parts.keys.table)
+    expect(before.findKey(sha256('k10'))).toEqual(key(10))
+  })
+
+  it('changes the fingerprint when two keys swap organizations', async () => {
+    const before = await fresh(keys(100))
+    const next = keys(100)
+    next[1] = { ...next[1]!, organization_id: next[2]!.organization_id }
+    next[2] = { ...next[2]!, organization_id: key(1).organization_id }
+    expect((await changed(before, next)).fingerprint).not.toBe(before.fingerprint)
+  })
+
+  it('makes a new table of a change too large for an overlay, the same as a fresh load', async () => {
+    const before = await fresh(keys(70_000))
+    const next = keys(70_000).map((k, i) => ({ ...k, sha256: sha256(`rotated${i}`) }))
+    const after = await changed(before, next)
+    expect(after.parts.keys.table).not.toBe(before.parts.keys.table)
+    expect(after.fingerprint).toBe((await fresh(next)).fingerprint)
+    expect(after.findKey(sha256('k5'))).toBeUndefined()
+    expect(after.findKey(sha256('rotated5'))).toEqual({ ...key(5), sha256: sha256('rotated5') })
+  })
+
+  it.each([
+    ['a new key with the hash of a key that keeps it', (next: ApiKey[]) => next.push(key(9000, { sha256: sha256('k3') })),
+      'keys: [100].sha256: the value duplicates [3].sha256'],
+    ['a key given the hash of a later key that keeps it', (next: ApiKey[]) => { next[2] = { ...next[2]!, sha256: sha256('k50') } },
+      'keys: [50].sha256: the value duplicates [2].sha256'],
+    ['two new keys with one hash', (next: ApiKey[]) => next.push(key(9000), key(9001, { sha256: sha256('k9000') })),
+      'keys: [101].sha256: the value duplicates [100].sha256'],
+    ['a name twice', (next: ApiKey[]) => next.push(key(7, { sha256: sha256('other') })),
+      'keys: [100].name: "key-7" duplicates [7].name'],
+    ['a new name twice', (next: ApiKey[]) => next.push(key(9000), key(9000, { sha256: sha256('other') })),
+      'keys: [101].name: "key-9000" duplicates [100].name']
+  ])('refuses %s, naming both records and never the hash', async (_, spoil, message) => {
+    const before = await fresh(keys(100))
+    const next = keys(100)
+    spoil(next)
+    await expect(changed(before, next)).rejects.toThrow(message)
+  })
+
+  it('accepts a hash moved from one key to another in the same change', async () => {
+    const before = await fresh(keys(100))
+    const next = keys(100)
+    next[4] = { ...next[4]!, sha256: sha256('k5') }
+    next[5] = { ...next[5]!, sha256: sha256('new') }
+    const after = await changed(before, next)
+    expect(after.findKey(sha256('k5'))?.name).toBe('key-4')
+    expect(after.fingerprint).toBe((await fresh(next)).fingerprint)
+  })
+
+  it('folds a grown overlay into a new table off to the side, and moves later changes onto it', async () => {
+    let snapshot = await fresh(keys(1000))
+    const expected = keys(1000)
+    // More changes than the overlay holds before it is folded (4,096), one named key at a time.
+    for (let i = 0; i < 4200; i++) {
+      const next = key(10_000 + i)
+      expected.push(next)
+      snapshot = snapshot.withPart('keys', await applyChange(snapshot.parts.keys, { kind: 'keys', upsert: [next], remove: [`key-${i % 1000}`] }), snapshot.version + 1)
+      if (i < 1000) expected.splice(expected.findIndex((k) => k.name === `key-${i}`), 1)
+    }
+    const from = snapshot.parts.keys
+    const compacted = (await compactPart(from))!
+    expect(compacted).toBeDefined()
+    // A change installed while the compaction ran.
+    const later = await applyChange(from, { kind: 'keys', upsert: [key(99_999)], remove: ['key-10000'] })
+    const rebased = rebasePart(later, from, compacted)!
+    expect(rebased.table).toBe(compacted.table)
+    const served = snapshot.withPart('keys', rebased, snapshot.version + 1)
+    const final = [...expected.filter((k) => k.name !== 'key-10000'), key(99_999)]
+    expect(served.fingerprint).toBe((await fresh(final)).fingerprint)
+    expect(recordsOf(served).keys).toEqual(recordsOf(await fresh(final)).keys)
+    expect(served.findKey(sha256('k10000'))).toBeUndefined()
+    expect(served.findKey(sha256('k99999'))).toEqual(key(99_999))
+  })
+})
