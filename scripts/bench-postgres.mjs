@@ -27,7 +27,7 @@ async function freePort () {
 }
 
 /** A throw-away cluster: initdb, pg_ctl start; `close()` stops it and removes its folder. */
-async function startPostgres () {
+export async function startPostgres () {
   const versions = readdirSync('/usr/lib/postgresql').filter((name) => /^\d+$/.test(name)).sort((a, b) => b - a)
   const bin = versions.map((version) => `/usr/lib/postgresql/${version}/bin`).find((dir) => existsSync(join(dir, 'initdb')))
   if (!bin) throw new Error('no PostgreSQL server binaries in /usr/lib/postgresql/N/bin (apt-get install -y postgresql)')

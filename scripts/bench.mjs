@@ -9,7 +9,8 @@
 // of its rate.
 //
 // Settings (environment): BENCH_DURATION seconds per run (3), BENCH_ROUNDS (6),
-// BENCH_CONNECTIONS (50), BENCH_OUTPUT file to write the report to (BENCHMARKS.md; "-" for none).
+// BENCH_CONNECTIONS (50), BENCH_OUTPUT file to write the report to (BENCHMARKS.md; "-" for none),
+// BENCH_SCALE (0 leaves out the gateway-scale section).
 //
 // The services run with their default settings (metrics and rate limits on), but for the per-key
 // limit: one key sends some 50,000 requests a second here, far over the default 6,000 a minute, and
@@ -24,6 +25,7 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import { benchPostgres } from './bench-postgres.mjs'
+import { benchScale } from './bench-scale.mjs'
 
 const execFileAsync = promisify(execFile)
 
@@ -31,6 +33,8 @@ const DURATION = Number(process.env.BENCH_DURATION ?? 3)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6)
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50)
 const OUTPUT = process.env.BENCH_OUTPUT ?? 'BENCHMARKS.md'
+// BENCH_SCALE=0 leaves out the gateway-scale section (scripts/bench-scale.mjs), a quarter of an hour.
+const SCALE = process.env.BENCH_SCALE !== '0'
 const ROOT = new URL('..', import.meta.url).pathname
 // The service starts as `npm start` and the image's CMD do (a test holds those two equal).
 const START = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts.start.split(' ')
@@ -543,6 +547,21 @@ async function main () {
   print()
   for (const line of pgLines) print(line)
   target('revocation with PostgreSQL, every one of 3 replicas (max of 20)', '< 200 ms', ms(pg.revocation.maxMs), pg.revocation.maxMs < 200)
+
+  if (SCALE) {
+    console.error('Gateway scale: 1,000,000 keys and 100,000 organizations, files and PostgreSQL (about 15 minutes)...')
+    const { results: scale, lines: scaleLines } = await benchScale({ root: ROOT })
+    print()
+    for (const line of scaleLines) print(line)
+    for (const [label, r] of [['files', scale.files], ['PostgreSQL', scale.postgres]]) {
+      target(`gateway scale, ${label}: RSS after start and after 100 changes`, '< 600 MB', `${fmt(r.rssStart)} / ${fmt(r.rssChanged)} MB`, Math.max(r.rssStart, r.rssChanged) < 600)
+    }
+    const revocationP99 = (r) => Math.max(...r.times.revocation, ...r.times.mint)
+    target('gateway scale, files: a change to keys.json served (max of 40)', '< 2 s', ms(revocationP99(scale.files)), revocationP99(scale.files) < 2000)
+    target('gateway scale, PostgreSQL: a change served on both replicas (max of 40)', '< 100 ms', ms(revocationP99(scale.postgres)), revocationP99(scale.postgres) < 100)
+    target('gateway scale, PostgreSQL: start to first answer', '< 5 s', ms(scale.postgres.startMs), scale.postgres.startMs < 5000)
+    target('gateway scale, PostgreSQL: npm run db -- import', '< 60 s', ms(scale.postgres.importMs), scale.postgres.importMs < 60000)
+  }
 
   print()
   print('## Targets')

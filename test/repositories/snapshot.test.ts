@@ -98,11 +98,11 @@ describe('keys changed in a snapshot', () => {
       if (i < 1000) expected.splice(expected.findIndex((k) => k.name === `key-${i}`), 1)
     }
     const from = snapshot.parts.keys
-    const compacted = (await compactPart(from))!
+    const compacted = (await compactPart<'keys'>(from))!
     expect(compacted).toBeDefined()
     // A change installed while the compaction ran.
     const later = await applyChange(from, { kind: 'keys', upsert: [key(99_999)], remove: ['key-10000'] })
-    const rebased = rebasePart(later, from, compacted)!
+    const rebased = rebasePart<'keys'>(later, from, compacted)!
     expect(rebased.table).toBe(compacted.table)
     const served = snapshot.withPart('keys', rebased, snapshot.version + 1)
     const final = [...expected.filter((k) => k.name !== 'key-10000'), key(99_999)]
