@@ -11,20 +11,28 @@ import { registerHooks } from 'node:module'
 
 const without = process.env.BENCH_WITHOUT
 
-// The module of the auth plugin, replaced by one that only pins the bench key on the request.
+// The module of the auth plugin, replaced by one that only pins the snapshot and the bench key on
+// the request, with the same exports (src/plugins/auth.ts).
 const AUTH_STUB = `
 import fp from 'fastify-plugin'
 const keyHash = ${JSON.stringify(process.env.BENCH_KEY_SHA256)}
-export default fp(async (app) => {
-  app.decorateRequest('apiKey', null)
+const API_KEY = Symbol('apiKey')
+export function apiKeyOf (request) {
+  if (!request[API_KEY]) throw new Error('no authenticated key')
+  return request[API_KEY]
+}
+export function requireManagementKey (request, _reply, done) {
+  done(apiKeyOf(request).kind === 'management' ? undefined : new Error('not a management key'))
+}
+export default fp(async (app, { snapshots }) => {
+  app.decorateRequest('snapshot', null)
+  app.decorateRequest(API_KEY, null)
   app.addHook('onRequest', (request, _reply, done) => {
-    request.apiKey = request.snapshot.findKey(keyHash) ?? null
+    request.snapshot = snapshots.current()
+    request[API_KEY] = request.snapshot.findKey(keyHash) ?? null
     done()
   })
-  app.decorate('requireManagementKey', (request, _reply, done) => {
-    done(request.apiKey?.kind === 'management' ? undefined : new Error('not a management key'))
-  })
-}, { name: 'auth', dependencies: ['snapshot'] })
+}, { name: 'auth' })
 `
 
 if (without === 'auth') {

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import { DataError, RECORD_KINDS, assertUnique, type RecordKind, memberProblem, recordProblem, validateRecords, type Organization } from '../records.js'
+import { createSlicer } from '../slices.js'
 import { MemberList, MemberListBuilder, blockIndex, type Block } from '../member-list.js'
 import { quoteValue } from '../../schemas/describe-error.js'
 import type { Source, SourceEvents } from '../source.js'
@@ -128,6 +129,25 @@ async function readEndpoints (client: pg.ClientBase) {
   }
 }
 
+/**
+ * The rows of an open cursor, `size` at a time. The next batch is asked for before this one is
+ * handed over, so that PostgreSQL reads it while this one is worked through.
+ */
+async function * batches<R> (client: pg.ClientBase, cursor: string, size: number, rowMode?: 'array'): AsyncGenerator<R[]> {
+  const fetch = () => client.query<R & pg.QueryResultRow>({ text: `FETCH ${size} FROM ${cursor}`, ...(rowMode ? { rowMode } : {}) })
+  let next: ReturnType<typeof fetch> | undefined = fetch()
+  try {
+    while (next !== undefined) {
+      const rows: R[] = (await next).rows
+      next = rows.length === size ? fetch() : undefined
+      yield rows
+    }
+  } finally {
+    // Left before the end (a bad row): the batch asked for is not wanted, nor is how its fetch ends.
+    next?.catch(() => {})
+  }
+}
+
 /** Rows of keys fetched at a time through a cursor: a batch that dies young, and a turn for requests between batches. */
 const KEY_BATCH = 20_000
 
@@ -142,14 +162,13 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
       ? `DECLARE key_rows NO SCROLL CURSOR FOR ${columns} ORDER BY name`
       : { text: `DECLARE key_rows NO SCROLL CURSOR FOR ${columns} WHERE name = ANY($1) ORDER BY name`, values: [names] })
     try {
-      for (let index = 0; ; index += KEY_BATCH) {
-        const { rows } = await client.query(`FETCH ${KEY_BATCH} FROM key_rows`)
-        for (const [k, row] of rows.entries()) {
-          const problem = recordProblem('keys', row, index + k)
+      let index = 0
+      for await (const rows of batches<ApiKey>(client, 'key_rows', KEY_BATCH)) {
+        for (const row of rows) {
+          const problem = recordProblem('keys', row, index++)
           if (problem !== undefined) locateRow(new DataError(`keys: ${problem}`), 'keys', () => `name ${quoteValue(row.name)}`)
           add(row)
         }
-        if (rows.length < KEY_BATCH) break
       }
     } finally {
       await client.query('CLOSE key_rows')
@@ -191,8 +210,7 @@ async function readMembers (client: pg.ClientBase, ids: readonly string[] | 'all
     : { text: `DECLARE member_rows NO SCROLL CURSOR FOR SELECT ${columns} FROM members WHERE organization_id = ANY($1) ${order}`, values: [ids] })
   let builder: MemberListBuilder | undefined
   let listOf: string | undefined
-  for (;;) {
-    const { rows } = await client.query<string[]>({ text: `FETCH ${MEMBER_BATCH} FROM member_rows`, rowMode: 'array' })
+  for await (const rows of batches<string[]>(client, 'member_rows', MEMBER_BATCH, 'array')) {
     for (const row of rows) {
       if (row[0] !== listOf) {
         if (builder) lists.set(listOf!, builder.finish().list)
@@ -208,19 +226,22 @@ async function readMembers (client: pg.ClientBase, ids: readonly string[] | 'all
       }
       builder!.add(member)
     }
-    if (rows.length < MEMBER_BATCH) break
   }
   if (builder) lists.set(listOf!, builder.finish().list)
   await client.query('CLOSE member_rows')
   return lists
 }
 
-/** Organizations (their members apart: readMembers checks them), against the schema. */
-function validateOrganizations (organizations: ReadonlyArray<{ id: string, name: string }>) {
-  try {
-    validateRecords('organizations', organizations.map(({ id, name }) => ({ id, name, members: [] })), 'organizations')
-  } catch (error) {
-    locateRow(error, 'organizations', (index) => `id ${quoteValue(organizations[index]!.id)}`)
+/**
+ * Organizations (their members apart: readMembers checks them), against the schema, a slice at a
+ * time: a hundred thousand of them would otherwise hold the event loop in one pass.
+ */
+async function validateOrganizations (organizations: ReadonlyArray<{ id: string, name: string }>) {
+  const slicer = createSlicer()
+  for (const [index, { id, name }] of organizations.entries()) {
+    const problem = recordProblem('organizations', { id, name, members: [] }, index)
+    if (problem !== undefined) locateRow(new DataError(`organizations: ${problem}`), 'organizations', () => `id ${quoteValue(id)}`)
+    if (slicer.due()) await slicer.pause()
   }
 }
 
@@ -331,7 +352,7 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
 
   async function readOrganizations (client: pg.ClientBase, ids: readonly string[] | 'all', current: Snapshot | undefined) {
     const list = await readOrganizationList(client, ids)
-    validateOrganizations(list)
+    await validateOrganizations(list)
     // The blocks of the organizations read again, for their new lists to share.
     const before = current?.parts.organizations.byKey
     const previous = before === undefined
