@@ -6,9 +6,11 @@ import type { Source } from './source.js'
 const COALESCE_MS = 20
 
 /**
- * Kinds whose reads started together (one transaction, one swap of a Kubernetes volume) are
- * installed together when they finish within this time of each other: a key moved to a new
- * organization does not reach requests before the organization does. Past it, each goes alone.
+ * Kinds whose reads started together (within COALESCE_MS: one transaction, one swap of a Kubernetes
+ * volume) are installed together once all of them are read, however long the slowest takes: a key
+ * moved to a new organization never reaches requests before the organization. A kind whose read is
+ * refused or fails does not hold the others. A kind only scheduled to be read (its notice came a
+ * moment later) is waited for this long at most.
  */
 const TOGETHER_MS = 50
 
@@ -146,6 +148,8 @@ export function createLifecycle (source: Source) {
       }
     } finally {
       lane.running = false
+      // A read of the group that ended without a part (refused, failed) holds the others no longer.
+      settle()
       if (lane.pending !== undefined) schedule(kind, lane.failures > 0 ? backoff(lane.failures) : 0)
     }
     void compact(kind)
@@ -159,16 +163,29 @@ export function createLifecycle (source: Source) {
   const ready = new Map<RecordKind, { part: Snapshot['parts'][RecordKind], change: string, done: () => void }>()
   let readyTimer: NodeJS.Timeout | undefined
 
-  /** Installs the part, with the parts of the reads that started with it (TOGETHER_MS), in one snapshot. */
+  /** Installs the part with the parts of the reads that started with it, in one snapshot, once they are all read. */
   function installTogether (kind: RecordKind, part: Snapshot['parts'][RecordKind], change: string) {
     return new Promise<void>((resolve) => {
       ready.set(kind, { part, change, done: resolve })
-      const started = lanes[kind].startedAt
-      const others = RECORD_KINDS.some((other) => other !== kind && !ready.has(other) &&
-        ((lanes[other].running && Math.abs(lanes[other].startedAt - started) <= COALESCE_MS) || lanes[other].timer !== undefined))
-      if (!others) installReady()
-      else readyTimer ??= setTimeout(installReady, TOGETHER_MS)
+      settle()
     })
+  }
+
+  /** Whether a kind read together with one of the parts ready is still being read. */
+  function groupRunning () {
+    return [...ready.keys()].some((kind) => RECORD_KINDS.some((other) => !ready.has(other) && lanes[other].running &&
+      Math.abs(lanes[other].startedAt - lanes[kind].startedAt) <= COALESCE_MS))
+  }
+
+  /** Installs the parts ready unless their group is still being read (then its last read calls this again). */
+  function settle () {
+    if (ready.size === 0) return
+    clearTimeout(readyTimer)
+    readyTimer = undefined
+    if (groupRunning()) return
+    const scheduled = RECORD_KINDS.some((other) => !ready.has(other) && !lanes[other].running && lanes[other].timer !== undefined)
+    if (scheduled) readyTimer = setTimeout(installReady, TOGETHER_MS)
+    else installReady()
   }
 
   function installReady () {

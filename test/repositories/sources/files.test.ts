@@ -6,7 +6,7 @@ import { BUNDLED_FIXTURES_DIR } from '../../../src/config.js'
 import { FIXTURE_FILES, createFileSource, loadFixtures } from '../../../src/repositories/sources/files.js'
 import { RECORD_KINDS, type DirectoryData } from '../../../src/repositories/records.js'
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
-import { makeData, makeEndpoint, makeProvider, recordsOf, watchLifecycle } from '../../helper.js'
+import { makeData, makeEndpoint, makeMembers, makeProvider, recordsOf, watchLifecycle } from '../../helper.js'
 
 let dir: string
 beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'fixtures-')) })
@@ -163,6 +163,45 @@ describe('following changes to the folder', () => {
     expect(data.providers).toEqual(next.providers)
     expect(data.keys).toEqual(next.keys)
   })
+
+  it('installs files swapped together in one snapshot, however long the slowest takes to read', async () => {
+    const writeVersion = async (name: string, data: DirectoryData) => {
+      await mkdir(join(dir, name))
+      await Promise.all(RECORD_KINDS.map((kind) => writeFile(join(dir, name, FIXTURE_FILES[kind]), JSON.stringify(data[kind]))))
+    }
+    await writeVersion('..v1', makeData())
+    await symlink('..v1', join(dir, '..data'))
+    await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', FIXTURE_FILES[kind]), join(dir, FIXTURE_FILES[kind]))))
+    lifecycle = createLifecycle(createFileSource(dir))
+    await lifecycle.load()
+    // Every snapshot installed is checked: a key whose organization it lacks is a key answered 404.
+    const orphans: string[] = []
+    lifecycle.follow({
+      info (_object, message) {
+        if (message !== 'change installed') return
+        const { organizations, keys } = recordsOf(lifecycle.current())
+        const ids = new Set(organizations.map((organization) => organization.id))
+        for (const key of keys) if (!ids.has(key.organization_id)) orphans.push(`${key.name} -> ${key.organization_id}`)
+      },
+      error () {},
+      warn () {}
+    })
+    // Every key moves to a new organization; organizations.json grows enough to take far longer
+    // to read than keys.json (tens of thousands of organizations against a few keys).
+    const base = makeData()
+    const filler = Array.from({ length: 30_000 }, (_, i) => ({ id: `org_filler_${i}`, name: `Filler ${i}`, members: makeMembers(`filler${i}`, 1) }))
+    const next = makeData({
+      organizations: [...base.organizations, { id: 'org_moved', name: 'Moved', members: makeMembers('moved', 3) }, ...filler],
+      keys: base.keys.map((key) => ({ ...key, organization_id: 'org_moved' }))
+    })
+    await writeVersion('..v2', next)
+    await symlink('..v2', join(dir, '..data_tmp'))
+    await rename(join(dir, '..data_tmp'), join(dir, '..data'))
+    const moved = () => recordsOf(lifecycle.current()).keys.every((key) => key.organization_id === 'org_moved')
+    for (const deadline = Date.now() + 20_000; !moved() && Date.now() < deadline;) await new Promise((resolve) => setTimeout(resolve, 10))
+    expect(moved()).toBe(true)
+    expect(orphans).toEqual([])
+  }, 30_000)
 
   it('refuses a bad file alone, naming file, record and field, installs the other files changed, and installs the fix', async () => {
     await writeData(makeData())
