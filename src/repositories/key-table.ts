@@ -210,6 +210,8 @@ export class KeyTableBuilder {
 
   finish (): KeyTable {
     const size = this.size
+    // Sized for more rows than came (the table this one replaces was larger): indexes of the right size.
+    if (slotsFor(size) * 2 <= this.nameSlots.length) this.index(slotsFor(size))
     return new KeyTable(size, this.sum, this.names, this.shas.slice(0, size * SHA_WORDS), this.kinds.slice(0, size),
       this.organizations.slice(0, size), this.organizationIds, this.nameSlots, this.shaSlots)
   }
@@ -274,9 +276,14 @@ export class KeyTableBuilder {
     this.kinds = widen(this.kinds, capacity)
     this.organizations = widen(this.organizations, capacity)
     this.nameHashes = widen(this.nameHashes, capacity)
-    this.nameSlots = new Int32Array(slotsFor(capacity))
-    this.shaSlots = new Int32Array(slotsFor(capacity))
-    const mask = this.nameSlots.length - 1
+    this.index(slotsFor(capacity))
+  }
+
+  /** Both indexes built again with this many slots, from the rows' hashes. */
+  private index (slots: number) {
+    this.nameSlots = new Int32Array(slots)
+    this.shaSlots = new Int32Array(slots)
+    const mask = slots - 1
     for (let row = 0; row < this.size; row++) {
       let slot = this.nameHashes[row]! & mask
       while (this.nameSlots[slot] !== 0) slot = (slot + 1) & mask

@@ -195,8 +195,11 @@ const organizationRules: KeyedRules<Organization> = {
   hashOf: (organization) => hash52(`${organization.id}\u0000${organization.name}\u0000${organization.members.version}`)
 }
 
-/** Changes larger than this build a new base rather than an overlay that would be folded at once. */
-const REBUILD_FROM = 65536
+/**
+ * Changes larger than this build a new base rather than an overlay that would be folded at once; an
+ * overlay change is applied in one pass, and this many take some 60 ms.
+ */
+const REBUILD_FROM = 16384
 
 /** The changes that `upsert` and `remove` make to `old`: a record equal to the one in place is none. */
 function changesTo<T> (old: LayeredMap<string, T>, upsert: readonly T[], remove: readonly string[], rules: KeyedRules<T>): Array<Change<T>> {
@@ -297,15 +300,16 @@ async function applyKeys (previous: KeyPart | undefined, change: PartChange<'key
   return withKeyChanges(previous, changesTo(previous.byKey, change.upsert, change.remove, keyRules))
 }
 
-/** Thrown by KeyDiff.add past REBUILD_FROM changes. */
+/** Thrown by KeyDiff past REBUILD_FROM changes. */
 const TOO_MANY = Symbol('too many changes')
 
 /**
  * Every key, read by `read` (which hands each to `add`, in order), as a change to the keys in
  * `previous`: the keys that differ and the names gone, when they are few, so that a revocation in
  * a million keys costs a lookup a key and a new overlay entry; or a new KeyTable when more than
- * REBUILD_FROM differ (then `read` runs twice). A name or a SHA-256 met twice is a DataError naming
- * both records (`where: [5].name: ... duplicates [2].name`), as if the whole were checked.
+ * REBUILD_FROM differ, removals included (then `read` runs twice). A name or a SHA-256 met twice is
+ * a DataError naming both records (`where: [5].name: ... duplicates [2].name`); when a file holds
+ * several repeats, the pair named may not be the first a whole check would name.
  */
 export async function readKeyChange (previous: KeyPart | undefined, where: string, read: (add: (key: ApiKey) => void) => Promise<void>): Promise<PartChange<'keys'>> {
   if (previous !== undefined) {
@@ -359,6 +363,10 @@ class KeyDiff {
 
   finish (): PartChange<'keys'> {
     const { table, byKey, bySha } = this.previous
+    let gone = 0
+    for (let row = 0; row < table.size; row++) if (this.seen[row] === 0) gone++
+    // Removals count too: a file cut from a million keys to a hundred is a new table, not a million tombstones.
+    if (this.changed.size + gone > REBUILD_FROM) throw TOO_MANY
     const remove: string[] = []
     for (let row = 0; row < table.size; row++) {
       if (this.seen[row] === 0 && !byKey.overlays(table.nameOf(row))) remove.push(table.nameOf(row))
@@ -423,6 +431,7 @@ export async function compactPart<K extends RecordKind> (part: Part<K>): Promise
   for (const name of part.byKey.overlaid()) {
     const key = part.byKey.get(name)
     if (key !== undefined) builder.add(key)
+    if (slicer.due()) await slicer.pause()
   }
   return keyPartOf(builder.finish()) as Part<K>
 }

@@ -50,13 +50,23 @@ describe('keys changed in a snapshot', () => {
   })
 
   it('makes a new table of a change too large for an overlay, the same as a fresh load', async () => {
-    const before = await fresh(keys(70_000))
-    const next = keys(70_000).map((k, i) => ({ ...k, sha256: sha256(`rotated${i}`) }))
+    const before = await fresh(keys(20_000))
+    const next = keys(20_000).map((k, i) => ({ ...k, sha256: sha256(`rotated${i}`) }))
     const after = await changed(before, next)
     expect(after.parts.keys.table).not.toBe(before.parts.keys.table)
     expect(after.fingerprint).toBe((await fresh(next)).fingerprint)
     expect(after.findKey(sha256('k5'))).toBeUndefined()
     expect(after.findKey(sha256('rotated5'))).toEqual({ ...key(5), sha256: sha256('rotated5') })
+  })
+
+  it('makes a new table when most keys are removed, not an overlay of tombstones', async () => {
+    const before = await fresh(keys(20_000))
+    const next = keys(100)
+    const after = await changed(before, next)
+    expect(after.parts.keys.table).not.toBe(before.parts.keys.table)
+    expect(after.parts.keys.table.size).toBe(100)
+    expect(after.fingerprint).toBe((await fresh(next)).fingerprint)
+    expect(after.findKey(sha256('k500'))).toBeUndefined()
   })
 
   it.each([

@@ -170,9 +170,12 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
           add(row)
         }
       }
-    } finally {
-      await client.query('CLOSE key_rows')
+    } catch (error) {
+      // Closed for the reads that follow in the transaction; if the connection is what failed, its error is the one to tell.
+      await client.query('CLOSE key_rows').catch(() => {})
+      throw error
     }
+    await client.query('CLOSE key_rows')
   }
   if (names === 'all') return await readKeyChange(current?.parts.keys, 'table keys', read)
   const found: ApiKey[] = []
