@@ -333,7 +333,7 @@ class KeyDiff {
   /** Names read that are not in the table, or that the overlay holds: where they were read. */
   private readonly others = new Map<string, number>()
   /** Keys read that differ from those in place, by name, and where they were read. */
-  private readonly changed = new Map<string, { key: ApiKey, before: ApiKey | undefined, index: number }>()
+  private readonly changed = new Map<string, { key: ApiKey, index: number }>()
   private count = 0
 
   constructor (private readonly previous: KeyPart, private readonly where: string) {
@@ -344,20 +344,19 @@ class KeyDiff {
     const index = this.count++
     const { table, byKey } = this.previous
     const row = byKey.overlays(key.name) ? -1 : table.rowOfName(key.name)
-    let before: ApiKey | undefined
     if (row >= 0) {
       if (this.seen[row] !== 0) this.duplicate(index, 'name', key.name, this.seen[row]! - 1)
       this.seen[row] = index + 1
       if (table.sameKey(row, key)) return
-      before = table.key(row)
     } else {
       const first = this.others.get(key.name)
       if (first !== undefined) this.duplicate(index, 'name', key.name, first)
       this.others.set(key.name, index)
-      before = byKey.get(key.name)
+      const before = byKey.get(key.name)
       if (before !== undefined && keyRules.same(before, key)) return
     }
-    this.changed.set(key.name, { key, before, index })
+    // Only what it becomes: withKeyChanges looks up what it was.
+    this.changed.set(key.name, { key, index })
     if (this.changed.size > REBUILD_FROM) throw TOO_MANY
   }
 

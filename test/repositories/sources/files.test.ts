@@ -114,6 +114,12 @@ describe('following changes to the folder', () => {
   let watched: ReturnType<typeof watchLifecycle>
   afterEach(() => lifecycle?.close())
 
+  /** Writes a data set into a folder of its own, as the kubelet does before it swaps `..data` to it. */
+  async function writeVersion (name: string, data: DirectoryData) {
+    await mkdir(join(dir, name))
+    await Promise.all(RECORD_KINDS.map((kind) => writeFile(join(dir, name, FIXTURE_FILES[kind]), JSON.stringify(data[kind]))))
+  }
+
   async function follow (folder = dir) {
     lifecycle = createLifecycle(createFileSource(folder))
     const initial = recordsOf(await lifecycle.load())
@@ -144,10 +150,6 @@ describe('following changes to the folder', () => {
   })
 
   it('installs all four files when a Kubernetes volume swaps its ..data symlink', async () => {
-    const writeVersion = async (name: string, data: DirectoryData) => {
-      await mkdir(join(dir, name))
-      await Promise.all(RECORD_KINDS.map((kind) => writeFile(join(dir, name, FIXTURE_FILES[kind]), JSON.stringify(data[kind]))))
-    }
     // The layout the kubelet makes: files are symlinks through ..data to a timestamped folder.
     await writeVersion('..2026_11_23_01', makeData())
     await symlink('..2026_11_23_01', join(dir, '..data'))
@@ -165,10 +167,6 @@ describe('following changes to the folder', () => {
   })
 
   it('installs files swapped together in one snapshot, however long the slowest takes to read', async () => {
-    const writeVersion = async (name: string, data: DirectoryData) => {
-      await mkdir(join(dir, name))
-      await Promise.all(RECORD_KINDS.map((kind) => writeFile(join(dir, name, FIXTURE_FILES[kind]), JSON.stringify(data[kind]))))
-    }
     await writeVersion('..v1', makeData())
     await symlink('..v1', join(dir, '..data'))
     await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', FIXTURE_FILES[kind]), join(dir, FIXTURE_FILES[kind]))))
