@@ -1,5 +1,5 @@
 import { DataError, RECORD_KINDS, type RecordKind } from './records.js'
-import { applyChange, compactPart, createSnapshot, rebasePart, type RecordCounts, type Snapshot } from './snapshot.js'
+import { applyChange, compactPart, createSnapshot, rebasePart, type PartChange, type RecordCounts, type Snapshot } from './snapshot.js'
 import type { Source } from './source.js'
 
 /** Notices that arrive within this time of the first are read together: a script's burst becomes one read. */
@@ -129,7 +129,7 @@ export function createLifecycle (source: Source) {
       const read = await source.read(kind, work === 'all' ? 'all' : [...work], current)
       const part = await applyChange(snapshot().parts[kind], read)
       if (closed) return
-      await installTogether(kind, part, change)
+      if (!await installTogether(kind, part, change, read.state)) return
       reloads[kind].succeeded++
       lane.refused = false
       lane.failures = 0
@@ -160,21 +160,35 @@ export function createLifecycle (source: Source) {
   }
 
   /** Parts read and waiting for the other reads of their group, and what to call once installed. */
-  const ready = new Map<RecordKind, { part: Snapshot['parts'][RecordKind], change: string, done: () => void }>()
+  const ready = new Map<RecordKind, { part: Snapshot['parts'][RecordKind], change: string, state: PartChange['state'], done: (installed: boolean) => void }>()
   let readyTimer: NodeJS.Timeout | undefined
 
-  /** Installs the part with the parts of the reads that started with it, in one snapshot, once they are all read. */
-  function installTogether (kind: RecordKind, part: Snapshot['parts'][RecordKind], change: string) {
-    return new Promise<void>((resolve) => {
-      ready.set(kind, { part, change, done: resolve })
+  /**
+   * Installs the part with the parts of the reads that started with it, in one snapshot, once they
+   * are all read; false when they were torn (read again instead).
+   */
+  function installTogether (kind: RecordKind, part: Snapshot['parts'][RecordKind], change: string, state: PartChange['state']) {
+    return new Promise<boolean>((resolve) => {
+      ready.set(kind, { part, change, state, done: resolve })
       settle()
     })
   }
 
+  /** Whether two kinds were read together, in one group. */
+  function together (a: RecordKind, b: RecordKind) {
+    return Math.abs(lanes[a].startedAt - lanes[b].startedAt) <= COALESCE_MS
+  }
+
+  /** Whether two parts ready of one group disagree on what their two kinds were (a change landed between their reads). */
+  function torn () {
+    const parts = [...ready.entries()]
+    return parts.some(([a, { state: sa }]) => parts.some(([b, { state: sb }]) =>
+      a !== b && sa !== undefined && sb !== undefined && together(a, b) && (sa[a] !== sb[a] || sa[b] !== sb[b])))
+  }
+
   /** Whether a kind read together with one of the parts ready is still being read. */
   function groupRunning () {
-    return [...ready.keys()].some((kind) => RECORD_KINDS.some((other) => !ready.has(other) && lanes[other].running &&
-      Math.abs(lanes[other].startedAt - lanes[kind].startedAt) <= COALESCE_MS))
+    return [...ready.keys()].some((kind) => RECORD_KINDS.some((other) => !ready.has(other) && lanes[other].running && together(kind, other)))
   }
 
   /** Installs the parts ready unless their group is still being read (then its last read calls this again). */
@@ -183,6 +197,17 @@ export function createLifecycle (source: Source) {
     clearTimeout(readyTimer)
     readyTimer = undefined
     if (groupRunning()) return
+    if (torn()) {
+      // A change landed between reads of the same group (files swapped again while they were read):
+      // installed, a key could reach requests before its organization. All of them are read again.
+      const parts = [...ready.entries()]
+      ready.clear()
+      for (const [kind, { done }] of parts) {
+        noteChange(kind)
+        done(false)
+      }
+      return
+    }
     const scheduled = RECORD_KINDS.some((other) => !ready.has(other) && !lanes[other].running && lanes[other].timer !== undefined)
     if (scheduled) readyTimer = setTimeout(installReady, TOGETHER_MS)
     else installReady()
@@ -199,7 +224,7 @@ export function createLifecycle (source: Source) {
     const changes = [...ready.values()]
     ready.clear()
     log?.info({ change: changes.map(({ change }) => change).join('; '), snapshot: { version, fingerprint: next.fingerprint }, records: next.counts() }, 'change installed')
-    for (const { done } of changes) done()
+    for (const { done } of changes) done(true)
   }
 
   /** Folds the kind's overlays into new bases, off to the side, and moves the snapshot onto them. */

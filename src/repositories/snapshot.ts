@@ -18,9 +18,16 @@ export type Whole<K extends RecordKind> = K extends 'keys' ? ReadonlyArray<Held<
  * A change to one kind, as a source reads it: every record of the kind, or the records a notice
  * named (`upsert`: those that exist, in full; `remove`: the keys of those that no longer do).
  */
-export type PartChange<K extends RecordKind = RecordKind> =
+export type PartChange<K extends RecordKind = RecordKind> = (
   | { readonly kind: K, readonly all: Whole<K> }
   | { readonly kind: K, readonly upsert: ReadonlyArray<Held<K>>, readonly remove: readonly string[] }
+) & {
+  /**
+   * What each kind was in the source when this read ended (files: each file's signature). Two reads
+   * of a group that disagree on their two kinds were torn by a change between them (lifecycle.ts).
+   */
+  readonly state?: Readonly<Record<RecordKind, string>>
+}
 
 /** A list served whole (providers, endpoints): its records and its body, serialized once. */
 interface ListPart<T> {

@@ -174,9 +174,12 @@ export function createFileSource (dir: string): Source {
           if (attempt < READ_ATTEMPTS && before !== await signatureOf(path)) return undefined
           throw error
         })
-        if (change !== undefined && (attempt === READ_ATTEMPTS || before === await signatureOf(path))) {
+        if (change === undefined) continue
+        // Every file's signature once this one is read: the state this read belongs to (PartChange.state).
+        const after = await Promise.all(RECORD_KINDS.map((other) => signatureOf(join(dir, KINDS[other].file))))
+        if (attempt === READ_ATTEMPTS || before === after[RECORD_KINDS.indexOf(kind)]) {
           if (!seen.has(kind)) seen.set(kind, before)
-          return change
+          return { ...change, state: Object.fromEntries(RECORD_KINDS.map((other, index) => [other, after[index]!])) as Record<RecordKind, string> }
         }
       }
     },
