@@ -205,10 +205,15 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
   const refusals: Array<{ part: string, problem: string }> = []
   const states: Array<{ up: boolean, problem?: string }> = []
   let installed = 0
+  /** The rows each install read, by kind, where the source counts them. */
+  const rowsRead: Array<Record<string, number>> = []
   lifecycle.follow({
-    info (object: { change?: string }, message) {
+    info (object: { change?: string, rows_read?: Record<string, number> }, message) {
       // Kinds read together are installed together, their changes joined by '; '.
-      if (message === 'change installed') installed += String(object.change).split('; ').length
+      if (message === 'change installed') {
+        installed += String(object.change).split('; ').length
+        rowsRead.push(object.rows_read ?? {})
+      }
       if (message.startsWith('following changes again')) states.push({ up: true })
     },
     error (object: { part?: string, problem?: string }, message) {
@@ -236,6 +241,7 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
       const index = states.findIndex((state) => state.up === up)
       return index < 0 ? undefined : states.splice(0, index + 1).at(-1)!.problem ?? ''
     }),
-    installs: (count: number) => poll(`${count} installs`, () => installed >= count ? installed : undefined)
+    installs: (count: number) => poll(`${count} installs`, () => installed >= count ? installed : undefined),
+    rowsRead
   }
 }

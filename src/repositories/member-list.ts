@@ -207,6 +207,27 @@ export class MemberListBuilder {
     if ((hash % (BOUNDARY_MASK + 1)) === 0 || this.ends.length === BLOCK_MAX) this.closeBlock(hash)
   }
 
+  /** Whether the last member added closed a block (or none was added yet): the next starts a block. */
+  get atBlockEnd (): boolean {
+    return this.ends.length === 0
+  }
+
+  /**
+   * Adds blocks of a list whole (a run of members a change left as they were), between members
+   * added at block ends: a list changed in one place copies none of the rest.
+   */
+  addBlocks (blocks: readonly Block[]) {
+    if (blocks.length === 0) return
+    if (!this.atBlockEnd) throw new Error('blocks are added at a block end')
+    if (this.hashes) throw new Error('blocks are added to lists whose ids are not checked')
+    for (const block of blocks) {
+      if (this.count + block.ends.length > MAX_MEMBERS) throw new DataError(`more than ${MAX_MEMBERS} members in one organization`)
+      this.blocks.push(block)
+      this.starts.push(this.count)
+      this.count += block.ends.length
+    }
+  }
+
   /** The list, and the first member (in order) whose id an earlier member has, if checked. Call once. */
   finish (): { list: MemberList, duplicate?: DuplicateId } {
     if (this.ends.length > 0) this.closeBlock(this.lastKey)

@@ -27,6 +27,8 @@ export type PartChange<K extends RecordKind = RecordKind> = (
    * of a group that disagree on their two kinds were torn by a change between them (lifecycle.ts).
    */
   readonly state?: Readonly<Record<RecordKind, string>>
+  /** The rows the read took from the source, when it counts them: what the change cost. */
+  readonly rowsRead?: number
 }
 
 /** A list served whole (providers, endpoints): its records and its body, serialized once. */

@@ -3,6 +3,9 @@ import type pg from 'pg'
 /** The channel the triggers notify on; every replica listens to it. */
 export const CHANNEL = 'model_gateway_directory'
 
+/** The most member rows a notification names (a row updated counts twice: before and after). */
+const MEMBERS_NAMED = 100
+
 /**
  * The migrations, in order; never edit one that has shipped, add the next. Each runs in the
  * transaction of `migrate`, so a failure leaves the schema as it was.
@@ -224,6 +227,52 @@ CREATE TRIGGER organizations_notify_delete AFTER DELETE ON organizations
   REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION directory_notify_rows('id', 'ids');
 CREATE TRIGGER organizations_notify_truncate AFTER TRUNCATE ON organizations
   FOR EACH STATEMENT EXECUTE FUNCTION directory_notify_rows('id', 'ids');
+`
+}, {
+  version: 3,
+  name: 'member notifications that name the members changed',
+  sql: String.raw`
+-- A change of a few members names them too, by organization, position (as text: a bigint) and id,
+-- before and after: a replica reads again the part of the organization's page order around them,
+-- not a million members. More than ${MEMBERS_NAMED} rows, or a payload past 7900 bytes, names the
+-- organizations alone, as before.
+CREATE OR REPLACE FUNCTION directory_notify_members() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  changed text[];
+  named json;
+  named_count integer;
+  payload text;
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    SELECT array_agg(DISTINCT organization_id) INTO changed FROM new_rows;
+    SELECT json_agg(json_build_array(organization_id, position::text, id)), count(*) INTO named, named_count
+      FROM (SELECT organization_id, position, id FROM new_rows LIMIT ${MEMBERS_NAMED + 1}) AS named_rows;
+  ELSIF TG_OP = 'DELETE' THEN
+    SELECT array_agg(DISTINCT organization_id) INTO changed FROM old_rows;
+    SELECT json_agg(json_build_array(organization_id, position::text, id)), count(*) INTO named, named_count
+      FROM (SELECT organization_id, position, id FROM old_rows LIMIT ${MEMBERS_NAMED + 1}) AS named_rows;
+  ELSIF TG_OP = 'UPDATE' THEN
+    SELECT array_agg(DISTINCT organization_id) INTO changed
+      FROM (SELECT organization_id FROM old_rows UNION SELECT organization_id FROM new_rows) AS touched;
+    SELECT json_agg(json_build_array(organization_id, position::text, id)), count(*) INTO named, named_count
+      FROM (SELECT organization_id, position, id FROM old_rows
+            UNION ALL SELECT organization_id, position, id FROM new_rows LIMIT ${MEMBERS_NAMED + 1}) AS named_rows;
+  END IF;
+  IF TG_OP <> 'TRUNCATE' AND changed IS NULL THEN
+    RETURN NULL;
+  END IF;
+  payload := json_build_object('table', 'members', 'organization_ids', changed,
+    'members', CASE WHEN named_count <= ${MEMBERS_NAMED} THEN named END)::text;
+  IF octet_length(payload) > 7900 THEN
+    payload := json_build_object('table', 'members', 'organization_ids', changed)::text;
+  END IF;
+  IF TG_OP = 'TRUNCATE' OR octet_length(payload) > 7900 THEN
+    payload := json_build_object('table', 'members')::text;
+  END IF;
+  PERFORM pg_notify('${CHANNEL}', payload);
+  RETURN NULL;
+END
+$$;
 `
 }]
 

@@ -157,12 +157,12 @@ const KEY_BATCH = 20_000
  */
 async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all', current: Snapshot | undefined): Promise<PartChange<'keys'>> {
   const columns = 'SELECT name, sha256, kind, organization_id FROM keys'
+  let index = 0
   const read = async (add: (key: ApiKey) => void) => {
     await client.query(names === 'all'
       ? `DECLARE key_rows NO SCROLL CURSOR FOR ${columns} ORDER BY name`
       : { text: `DECLARE key_rows NO SCROLL CURSOR FOR ${columns} WHERE name = ANY($1) ORDER BY name`, values: [names] })
     try {
-      let index = 0
       for await (const rows of batches<ApiKey>(client, 'key_rows', KEY_BATCH)) {
         for (const row of rows) {
           const problem = recordProblem('keys', row, index++)
@@ -177,11 +177,11 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
     }
     await client.query('CLOSE key_rows')
   }
-  if (names === 'all') return await readKeyChange(current?.parts.keys, 'table keys', read)
+  if (names === 'all') return { ...await readKeyChange(current?.parts.keys, 'table keys', read), rowsRead: index }
   const found: ApiKey[] = []
   await read((key) => found.push(key))
   const present = new Set(found.map((key) => key.name))
-  return { kind: 'keys', upsert: found, remove: names.filter((name) => !present.has(name)) }
+  return { kind: 'keys', upsert: found, remove: names.filter((name) => !present.has(name)), rowsRead: index }
 }
 
 async function readOrganizationList (client: pg.ClientBase, ids: readonly string[] | 'all'): Promise<Array<{ id: string, name: string }>> {
@@ -194,45 +194,155 @@ async function readOrganizationList (client: pg.ClientBase, ids: readonly string
 /** Rows of members fetched at a time: a batch of member objects that dies young. */
 const MEMBER_BATCH = 10_000
 
+/** A member's place in page order: its position (as text: a bigint; null comes last), then its id. */
+type SortKey = readonly [position: string | null, id: string]
+
+/**
+ * Where each block of a list ends in page order (the sort key of its last member), for lists of
+ * more than one block: a change to a few members of a large organization reads again the blocks
+ * around them alone. A list of one block is read again whole, which costs as much.
+ */
+const boundsOf = new WeakMap<MemberList, readonly SortKey[]>()
+
+/** organization_id, id, email, first_name, last_name, role, position::text: a member row, in array mode. */
+// Not named `position`: ORDER BY would sort by the text.
+const MEMBER_COLUMNS = 'organization_id, id, email, first_name, last_name, role, position::text AS position_text'
+const PAGE_ORDER = 'ORDER BY organization_id, position, id'
+
+/** A MemberListBuilder of member rows that notes where its blocks end (boundsOf). */
+class RowListBuilder {
+  private readonly builder: MemberListBuilder
+  private readonly bounds: SortKey[] = []
+  private last: SortKey | undefined
+
+  constructor (shared?: ReadonlyMap<number, Block>) {
+    // Member ids are unique within their organization by the primary key (organization_id, id):
+    // the builder's own check, which costs more than the schema on a large organization, would only say it again.
+    this.builder = new MemberListBuilder(shared, { checkIds: false })
+  }
+
+  get atBlockEnd () {
+    return this.builder.atBlockEnd
+  }
+
+  /** Adds a row, validated: a bad one is a DataError naming it. */
+  add (row: string[]) {
+    // A member object is made once, in the field order of the files, without the organization's id.
+    const member = { id: row[1]!, email: row[2]!, first_name: row[3]!, last_name: row[4]!, role: row[5] as Member['role'] }
+    const problem = memberProblem(member, 0, 0)
+    if (problem !== undefined) {
+      // `[0].members[0].email: problem` becomes `table members, row …: email: problem`.
+      throw new DataError(`table members, row organization_id ${quoteValue(row[0])}, id ${quoteValue(member.id)}: ${problem.replace(/^\[0\]\.members\[0\]\.?/, '')}`)
+    }
+    this.builder.add(member)
+    if (this.builder.atBlockEnd) this.bounds.push([row[6] ?? null, member.id])
+    else this.last = [row[6] ?? null, member.id]
+  }
+
+  /** Adds blocks of a list whole, with their bounds. */
+  addBlocks (blocks: readonly Block[], bounds: readonly SortKey[]) {
+    this.builder.addBlocks(blocks)
+    this.bounds.push(...bounds)
+  }
+
+  finish (): MemberList {
+    const closesBlock = !this.builder.atBlockEnd
+    const { list } = this.builder.finish()
+    if (closesBlock) this.bounds.push(this.last!)
+    if (list.blocks.length > 1) boundsOf.set(list, this.bounds)
+    return list
+  }
+}
+
 /**
  * The members of these organizations (of all when `all`), by organization: read in page order
  * through a cursor, MEMBER_BATCH rows at a time, each batch validated and compacted into its
  * organization's MemberList (member-list.ts) before the next is fetched, so that a million members
  * are never all rows or objects at once: the peak is the lists themselves and one batch. Blocks
  * equal to blocks of `shared` are shared with them. Runs inside read()'s transaction, which the
- * cursor lives in. Member ids are unique within their organization by the primary key
- * (organization_id, id), so the builder's own check, which costs more than the schema on a large
- * organization, would only say it again.
+ * cursor lives in. Answers the lists and the rows read.
  */
 async function readMembers (client: pg.ClientBase, ids: readonly string[] | 'all', shared?: ReadonlyMap<number, Block>) {
   const lists = new Map<string, MemberList>()
-  const columns = 'organization_id, id, email, first_name, last_name, role'
-  const order = 'ORDER BY organization_id, position, id'
   await client.query(ids === 'all'
-    ? `DECLARE member_rows NO SCROLL CURSOR FOR SELECT ${columns} FROM members ${order}`
-    : { text: `DECLARE member_rows NO SCROLL CURSOR FOR SELECT ${columns} FROM members WHERE organization_id = ANY($1) ${order}`, values: [ids] })
-  let builder: MemberListBuilder | undefined
+    ? `DECLARE member_rows NO SCROLL CURSOR FOR SELECT ${MEMBER_COLUMNS} FROM members ${PAGE_ORDER}`
+    : { text: `DECLARE member_rows NO SCROLL CURSOR FOR SELECT ${MEMBER_COLUMNS} FROM members WHERE organization_id = ANY($1) ${PAGE_ORDER}`, values: [ids] })
+  let builder: RowListBuilder | undefined
   let listOf: string | undefined
+  let count = 0
   for await (const rows of batches<string[]>(client, 'member_rows', MEMBER_BATCH, 'array')) {
+    count += rows.length
     for (const row of rows) {
       if (row[0] !== listOf) {
-        if (builder) lists.set(listOf!, builder.finish().list)
+        if (builder) lists.set(listOf!, builder.finish())
         listOf = row[0]!
-        builder = new MemberListBuilder(shared, { checkIds: false })
+        builder = new RowListBuilder(shared)
       }
-      // A member object is made once, in the field order of the files, without the organization's id.
-      const member = { id: row[1]!, email: row[2]!, first_name: row[3]!, last_name: row[4]!, role: row[5] as Member['role'] }
-      const problem = memberProblem(member, 0, 0)
-      if (problem !== undefined) {
-        // `[0].members[0].email: problem` becomes `table members, row …: email: problem`.
-        throw new DataError(`table members, row organization_id ${quoteValue(listOf)}, id ${quoteValue(member.id)}: ${problem.replace(/^\[0\]\.members\[0\]\.?/, '')}`)
-      }
-      builder!.add(member)
+      builder!.add(row)
     }
   }
-  if (builder) lists.set(listOf!, builder.finish().list)
+  if (builder) lists.set(listOf!, builder.finish())
   await client.query('CLOSE member_rows')
-  return lists
+  return { lists, count }
+}
+
+/** SQL for the members of organization $1 after `lower` (excluded) and up to `upper` (included), in page order. */
+function rangeQuery (organization: string, lower: SortKey | undefined, upper: SortKey | undefined): pg.QueryArrayConfig {
+  const values: unknown[] = [organization]
+  const value = (v: unknown) => `$${values.push(v)}`
+  const conditions = ['organization_id = $1']
+  // Written as row comparisons on (position, id), which the index members_order answers; a null
+  // position comes after every other, as ORDER BY puts it.
+  if (lower !== undefined) {
+    conditions.push(lower[0] === null
+      ? `(position IS NULL AND id > ${value(lower[1])})`
+      : `((position, id) > (${value(lower[0])}::bigint, ${value(lower[1])}) OR position IS NULL)`)
+  }
+  if (upper !== undefined) {
+    conditions.push(upper[0] === null
+      ? `(position IS NOT NULL OR id <= ${value(upper[1])})`
+      : `(position, id) <= (${value(upper[0])}::bigint, ${value(upper[1])})`)
+  }
+  return { text: `SELECT ${MEMBER_COLUMNS} FROM members WHERE ${conditions.join(' AND ')} ${PAGE_ORDER}`, values, rowMode: 'array' }
+}
+
+/**
+ * A large organization's list (one with boundsOf) after a change to the members of these sort keys
+ * (before and after the change): the blocks they fall in are read again, each block's rows by its
+ * bounds, and so is the next block while the rows read do not end at a block end (the member that
+ * closed a block left or moved); every other block is kept. Since blocks are cut by content, the
+ * list is the one a whole read would make. Answers the list and the rows read.
+ */
+async function readAround (client: pg.ClientBase, organization: string, list: MemberList, changed: readonly SortKey[]) {
+  const bounds = boundsOf.get(list)!
+  // The block each sort key falls in: the first whose last member does not come before it (none: the last block).
+  const { rows: located } = await client.query<{ block: number | null }>(`SELECT DISTINCT (
+      SELECT min(bound.ord) FROM unnest($3::bigint[], $4::text[]) WITH ORDINALITY AS bound(position, id, ord)
+      WHERE (key.position IS NULL, coalesce(key.position, 0), key.id) <= (bound.position IS NULL, coalesce(bound.position, 0), bound.id)
+    ) AS block FROM unnest($1::bigint[], $2::text[]) AS key(position, id)`,
+  [changed.map((key) => key[0]), changed.map((key) => key[1]), bounds.map((key) => key[0]), bounds.map((key) => key[1])])
+  const last = bounds.length - 1
+  const affected = new Set(located.map(({ block }) => block === null ? last : block - 1))
+  const builder = new RowListBuilder(blockIndex([list]))
+  let kept = 0
+  let count = 0
+  for (const first of [...affected].sort((a, b) => a - b)) {
+    if (first < kept) continue
+    builder.addBlocks(list.blocks.slice(kept, first), bounds.slice(kept, first))
+    let from = first
+    let to = first
+    while (affected.has(to + 1)) to++
+    for (;;) {
+      const { rows } = await client.query<string[]>(rangeQuery(organization, bounds[from - 1], to === last ? undefined : bounds[to]))
+      count += rows.length
+      for (const row of rows) builder.add(row)
+      if (builder.atBlockEnd || to === last) break
+      from = to = to + 1
+    }
+    kept = to + 1
+  }
+  builder.addBlocks(list.blocks.slice(kept), bounds.slice(kept))
+  return { list: builder.finish(), count }
 }
 
 /**
@@ -296,17 +406,48 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
     else listening = client
   }
 
+  /**
+   * What the notices said of each organization's members since it was last read: the sort keys of
+   * the members changed (read the blocks around them), `whole` (read them all: the notice could not
+   * name them), or `row` (its row alone changed: keep its members). An organization not here is
+   * read whole. Taken by the read of the organization; an `all` read drops them all.
+   */
+  const memberChanges = new Map<string, SortKey[] | 'whole' | 'row'>()
+
+  function noteMembers (ids: readonly string[], named: unknown) {
+    const byOrganization = new Map<string, SortKey[]>()
+    const valid = Array.isArray(named) && named.every((row) => Array.isArray(row) && typeof row[0] === 'string' &&
+      (typeof row[1] === 'string' || row[1] === null) && typeof row[2] === 'string')
+    if (valid) {
+      for (const [organization, position, id] of named as Array<[string, string | null, string]>) {
+        const keys = byOrganization.get(organization) ?? []
+        keys.push([position, id])
+        byOrganization.set(organization, keys)
+      }
+    }
+    for (const id of ids) {
+      const before = memberChanges.get(id)
+      const keys = byOrganization.get(id)
+      if (!valid || keys === undefined) memberChanges.set(id, 'whole')
+      else if (before !== 'whole') memberChanges.set(id, Array.isArray(before) ? [...before, ...keys] : keys)
+    }
+  }
+
   function noteChange (payload: string | undefined) {
-    let change: { table?: string, names?: string[] | null, ids?: string[] | null, organization_ids?: string[] | null }
+    let change: { table?: string, names?: string[] | null, ids?: string[] | null, organization_ids?: string[] | null, members?: unknown }
     try {
       change = JSON.parse(payload ?? '')
     } catch {
       change = {}
     }
     const { table } = change
-    if (table === 'members') events?.changed('organizations', change.organization_ids ?? undefined)
-    else if (table === 'organizations') events?.changed('organizations', change.ids ?? undefined)
-    else if (table === 'keys') events?.changed('keys', change.names ?? undefined)
+    if (table === 'members') {
+      if (change.organization_ids) noteMembers(change.organization_ids, change.members)
+      events?.changed('organizations', change.organization_ids ?? undefined)
+    } else if (table === 'organizations') {
+      for (const id of change.ids ?? []) if (!memberChanges.has(id)) memberChanges.set(id, 'row')
+      events?.changed('organizations', change.ids ?? undefined)
+    } else if (table === 'keys') events?.changed('keys', change.names ?? undefined)
     else if (table === 'providers' || table === 'endpoints') events?.changed(table)
     else for (const kind of RECORD_KINDS) events?.changed(kind)
   }
@@ -353,38 +494,75 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
     }
   }
 
+  /** Organizations and their members, and the rows read. */
   async function readOrganizations (client: pg.ClientBase, ids: readonly string[] | 'all', current: Snapshot | undefined) {
     const list = await readOrganizationList(client, ids)
     await validateOrganizations(list)
-    // The blocks of the organizations read again, for their new lists to share.
     const before = current?.parts.organizations.byKey
+    // Those whose members need not be read whole: their row alone changed, or a few members of a large one.
+    const partly = new Map<string, SortKey[] | 'row'>()
+    if (ids === 'all') memberChanges.clear()
+    for (const id of ids === 'all' ? [] : ids) {
+      const change = memberChanges.get(id)
+      memberChanges.delete(id)
+      const members = before?.get(id)?.members
+      if (members === undefined || change === undefined || change === 'whole') continue
+      if (change === 'row' || boundsOf.has(members)) partly.set(id, change)
+    }
+    try {
+      return await readOrganizationsAs(client, list, ids === 'all' ? 'all' : ids.filter((id) => !partly.has(id)), partly, before)
+    } catch (error) {
+      // Not installed: what the notices said of their members is gone, so they are read whole next time.
+      for (const id of ids === 'all' ? [] : ids) memberChanges.set(id, 'whole')
+      throw error
+    }
+  }
+
+  async function readOrganizationsAs (client: pg.ClientBase, list: ReadonlyArray<{ id: string, name: string }>, whole: readonly string[] | 'all',
+    partly: ReadonlyMap<string, SortKey[] | 'row'>, before: Snapshot['parts']['organizations']['byKey'] | undefined) {
+    // The blocks of the organizations read again, for their new lists to share.
     const previous = before === undefined
       ? undefined
-      : blockIndex((ids === 'all' ? [...before.values()] : ids.map((id) => before.get(id)).filter((organization) => organization !== undefined)).map((organization) => organization!.members))
-    const members = list.length > 0 ? await readMembers(client, ids, previous) : new Map<string, MemberList>()
-    // Ids are unique by the primary key: no check of our own, which would be one more pass over them all.
+      : blockIndex((whole === 'all' ? [...before.values()] : whole.map((id) => before.get(id)).filter((organization) => organization !== undefined)).map((organization) => organization!.members))
+    const { lists, count } = list.length > 0 && whole.length > 0 ? await readMembers(client, whole, previous) : { lists: new Map<string, MemberList>(), count: 0 }
+    let rows = list.length + count
     const organizations: Organization[] = []
     const slicer = createSlicer()
     for (const { id, name } of list) {
-      organizations.push({ id, name, members: members.get(id) ?? MemberList.of([]) })
+      const change = partly.get(id)
+      let members = lists.get(id) ?? MemberList.of([])
+      if (change === 'row') members = before!.get(id)!.members
+      else if (change !== undefined) {
+        const around = await readAround(client, id, before!.get(id)!.members, change)
+        members = around.list
+        rows += around.count
+      }
+      // Ids are unique by the primary key: no check of our own, which would be one more pass over them all.
+      organizations.push({ id, name, members })
       if (slicer.due()) await slicer.pause()
     }
-    return organizations
+    return { organizations, rows }
   }
 
   async function readKind (client: pg.ClientBase, { kind, keys, current }: Job): Promise<PartChange> {
     if (current === undefined) await checkSchema(client)
     switch (kind) {
-      case 'providers': return { kind, all: await readProviders(client) }
-      case 'endpoints': return { kind, all: await readEndpoints(client) }
+      case 'providers': {
+        const all = await readProviders(client)
+        return { kind, all, rowsRead: all.length }
+      }
+      case 'endpoints': {
+        const all = await readEndpoints(client)
+        return { kind, all, rowsRead: all.length }
+      }
       case 'keys': {
         return await readKeys(client, keys, current)
       }
       case 'organizations': {
-        const found = await readOrganizations(client, keys, current)
-        if (keys === 'all') return { kind, all: found }
-        const present = new Set(found.map((organization) => organization.id))
-        return { kind, upsert: found, remove: keys.filter((id) => !present.has(id)) }
+        const { organizations, rows } = await readOrganizations(client, keys, current)
+        if (keys === 'all') return { kind, all: organizations, rowsRead: rows }
+        const present = new Set(organizations.map((organization) => organization.id))
+        return { kind, upsert: organizations, remove: keys.filter((id) => !present.has(id)), rowsRead: rows }
       }
     }
   }

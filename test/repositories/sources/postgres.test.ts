@@ -2,6 +2,7 @@ import pg from 'pg'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../../../src/config.js'
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
+import { hashId } from '../../../src/repositories/member-list.js'
 import type { DirectoryData } from '../../../src/repositories/records.js'
 import { readAll } from '../../../src/repositories/source.js'
 import { loadFixtures } from '../../../src/repositories/sources/files.js'
@@ -109,7 +110,7 @@ describe('loading from PostgreSQL', () => {
   it('refuses to start on a database without the schema', async () => {
     const empty = createLifecycle(createPostgresSource({ url: await server.createDatabase(), connectTimeoutMs: 0 }))
     lifecycles.push(empty)
-    await expect(empty.load()).rejects.toThrow('the database schema is at version none, this build needs 2: run npm run db -- migrate')
+    await expect(empty.load()).rejects.toThrow('the database schema is at version none, this build needs 3: run npm run db -- migrate')
   })
 })
 
@@ -267,6 +268,48 @@ describe('following changes', () => {
     await admin.query("UPDATE members SET email = 'a@b.c d' WHERE organization_id = 'org_beta' AND id = 'user_beta_1'")
     expect(await refusal()).toEqual({ part: 'organizations', problem: 'table members, row organization_id "org_beta", id "user_beta_1": email: "a@b.c d" is not an e-mail address' })
   })
+
+  it('reads again only the blocks around the members changed in a large organization, and makes the list a whole read makes', async () => {
+    const size = 20_000
+    await admin.query("INSERT INTO organizations (id, name) VALUES ('org_big', 'Big')")
+    await admin.query(`INSERT INTO members (organization_id, id, position, email, role)
+      SELECT 'org_big', 'user_' || i, i * 10, 'user' || i || '@big.example', 'org:member' FROM generate_series(1, ${size}) AS i`)
+    await admin.query(`INSERT INTO keys VALUES ('big', '${sha256('big-key')}', 'management', 'org_big')`)
+    const { app, until, rowsRead } = await follow()
+    const big = (data: DirectoryData) => data.organizations.find((organization) => organization.id === 'org_big')!
+    // A member whose id closes a block (member-list.ts), in the middle of the list.
+    const closing = Array.from({ length: size }, (_, i) => `user_${i + 1}`).find((id, i) => i > size / 2 && hashId(id) % 1024 === 0)!
+    const changes = [
+      "INSERT INTO members (organization_id, id, position, email, role) VALUES ('org_big', 'new_middle', 100005, 'm@big.example', 'org:admin')",
+      `DELETE FROM members WHERE organization_id = 'org_big' AND id = '${closing}'`,
+      "UPDATE members SET position = 150005 WHERE organization_id = 'org_big' AND id = 'user_3'",
+      "UPDATE members SET email = 'changed@big.example' WHERE organization_id = 'org_big' AND id = 'user_7000'",
+      "INSERT INTO members (organization_id, id, email, role) VALUES ('org_big', 'no_position_b', 'b@big.example', 'org:member'), ('org_big', 'no_position_a', 'a@big.example', 'org:member')",
+      "DELETE FROM members WHERE organization_id = 'org_big' AND id = 'no_position_a'",
+      "INSERT INTO members (organization_id, id, position, email, role) VALUES ('org_big', 'new_first', -1, 'f@big.example', 'org:member')",
+      "UPDATE members SET position = 5 WHERE organization_id = 'org_big' AND id IN ('user_19999', 'user_10001', 'user_500')",
+      `DELETE FROM members WHERE organization_id = 'org_big' AND id = 'user_${size}'`
+    ]
+    for (const sql of changes) {
+      const installs = rowsRead.length
+      await admin.query(sql)
+      const expected = big(await readDatabase()).members
+      await until((data) => big(data).members.version === expected.version)
+      // The list is the one a whole read makes, block for block; a few blocks of it were read.
+      expect(rowsRead.slice(installs).map((rows) => rows.organizations)).toEqual([expect.any(Number)])
+      expect(rowsRead.at(-1)!.organizations, sql).toBeLessThan(size / 4)
+      const res = await app.inject({ url: '/v1/organization/members?offset=9990&limit=20', headers: bearer('big-key') })
+      expect(res.json()).toEqual({ data: expected.slice(9990, 10010), total_count: expected.length })
+    }
+    // A rename reads the organization's row alone; more members than a notice names, all of them.
+    await admin.query("UPDATE organizations SET name = 'Bigger' WHERE id = 'org_big'")
+    await until((data) => big(data).name === 'Bigger')
+    expect(rowsRead.at(-1)!.organizations).toBe(1)
+    await admin.query("UPDATE members SET first_name = 'Many' WHERE organization_id = 'org_big' AND position < 2000")
+    const expected = big(await readDatabase()).members
+    await until((data) => big(data).members.version === expected.version)
+    expect(rowsRead.at(-1)!.organizations).toBe(1 + expected.length)
+  }, 60_000)
 
   it('reads every part again on reload()', async () => {
     const { lifecycle, installs } = await follow()
