@@ -286,24 +286,30 @@ async function readMembers (client: pg.ClientBase, ids: readonly string[] | 'all
   return { lists, count }
 }
 
-/** SQL for the members of organization $1 after `lower` (excluded) and up to `upper` (included), in page order. */
-function rangeQuery (organization: string, lower: SortKey | undefined, upper: SortKey | undefined): pg.QueryArrayConfig {
-  const values: unknown[] = [organization]
-  const value = (v: unknown) => `$${values.push(v)}`
-  const conditions = ['organization_id = $1']
-  // Written as row comparisons on (position, id), which the index members_order answers; a null
-  // position comes after every other, as ORDER BY puts it.
-  if (lower !== undefined) {
-    conditions.push(lower[0] === null
-      ? `(position IS NULL AND id > ${value(lower[1])})`
-      : `((position, id) > (${value(lower[0])}::bigint, ${value(lower[1])}) OR position IS NULL)`)
+/**
+ * The queries, in page order, for the members of an organization after `lower` (excluded) and up to
+ * `upper` (included): those with a position, then those without (which come last). Each is a range
+ * of the index members_order; one query of both would make PostgreSQL filter the whole organization.
+ */
+function rangeQueries (organization: string, lower: SortKey | undefined, upper: SortKey | undefined): pg.QueryArrayConfig[] {
+  const query = (conditions: string[], values: unknown[], order: string): pg.QueryArrayConfig =>
+    ({ text: `SELECT ${MEMBER_COLUMNS} FROM members WHERE organization_id = $1 AND ${conditions.join(' AND ')} ORDER BY ${order}`, values: [organization, ...values], rowMode: 'array' })
+  const queries: pg.QueryArrayConfig[] = []
+  if (lower === undefined || lower[0] !== null) {
+    const conditions = ['position IS NOT NULL']
+    const values: unknown[] = []
+    if (lower !== undefined) conditions.push(`(position, id) > ($${values.push(lower[0]) + 1}::bigint, $${values.push(lower[1]) + 1})`)
+    if (upper !== undefined && upper[0] !== null) conditions.push(`(position, id) <= ($${values.push(upper[0]) + 1}::bigint, $${values.push(upper[1]) + 1})`)
+    queries.push(query(conditions, values, 'position, id'))
   }
-  if (upper !== undefined) {
-    conditions.push(upper[0] === null
-      ? `(position IS NOT NULL OR id <= ${value(upper[1])})`
-      : `(position, id) <= (${value(upper[0])}::bigint, ${value(upper[1])})`)
+  if (upper === undefined || upper[0] === null) {
+    const conditions = ['position IS NULL']
+    const values: unknown[] = []
+    if (lower !== undefined && lower[0] === null) conditions.push(`id > $${values.push(lower[1]) + 1}`)
+    if (upper !== undefined) conditions.push(`id <= $${values.push(upper[1]) + 1}`)
+    queries.push(query(conditions, values, 'id'))
   }
-  return { text: `SELECT ${MEMBER_COLUMNS} FROM members WHERE ${conditions.join(' AND ')} ${PAGE_ORDER}`, values, rowMode: 'array' }
+  return queries
 }
 
 /**
@@ -333,9 +339,11 @@ async function readAround (client: pg.ClientBase, organization: string, list: Me
     let to = first
     while (affected.has(to + 1)) to++
     for (;;) {
-      const { rows } = await client.query<string[]>(rangeQuery(organization, bounds[from - 1], to === last ? undefined : bounds[to]))
-      count += rows.length
-      for (const row of rows) builder.add(row)
+      for (const query of rangeQueries(organization, bounds[from - 1], to === last ? undefined : bounds[to])) {
+        const { rows } = await client.query<string[]>(query)
+        count += rows.length
+        for (const row of rows) builder.add(row)
+      }
       if (builder.atBlockEnd || to === last) break
       from = to = to + 1
     }
