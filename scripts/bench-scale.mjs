@@ -8,7 +8,8 @@
 // changes, the time from a change (rename of keys.json; a committed DELETE or INSERT) to the first
 // answer that shows it on every replica, p50 and p99 over 20 revocations and 20 mints, and the p99
 // of requests sent meanwhile from another process while a bulk reload runs, against the same
-// client's p99 while nothing changes. For PostgreSQL also `npm run db -- import` of that data.
+// client's p99 while nothing changes. For PostgreSQL also `npm run db -- import` of that data, and
+// the time for a member added to (removed from) an organization of a million members to reach both replicas.
 import { execFileSync, spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
@@ -187,12 +188,43 @@ async function scalePostgres ({ root, work, keys, organizations, changes }) {
       await client.query("UPDATE members SET first_name = 'Bulk'")
       while (!(await (await fetch(`${servers[0].url}/v1/organization/members?limit=1`, { headers: { authorization: 'Bearer scale-key-1000' } })).text()).includes('"Bulk"')) await sleep(5)
     })
-    return { importMs, startMs, rssStart, rssChanged, times, bulk, version: database.version }
+    const large = await largeOrganization(client, servers)
+    return { importMs, startMs, rssStart, rssChanged, times, bulk, large, version: database.version }
   } finally {
     for (const server of servers) server.child.kill('SIGTERM')
     await client.end().catch(() => {})
     database.close()
   }
+}
+
+/**
+ * One organization of a million members (made with SQL), then 20 members added and 20 removed, one
+ * at a time: milliseconds from the commit until every replica's member count shows it.
+ */
+async function largeOrganization (client, servers, members = 1_000_000) {
+  await client.query("INSERT INTO organizations (id, name) VALUES ('org_large', 'Large')")
+  await client.query(`INSERT INTO members (organization_id, id, position, email, first_name, last_name, role)
+    SELECT 'org_large', 'user_' || i, i * 10, 'user' || i || '@large.example', 'First', 'Last', 'org:member' FROM generate_series(1, ${members}) AS i`)
+  await client.query("INSERT INTO keys VALUES ('large', $1, 'management', 'org_large')", [sha256('large-key')])
+  const count = async (server) => {
+    const res = await fetch(`${server.url}/v1/organization/members?limit=1`, { headers: { authorization: 'Bearer large-key' } }).catch(() => undefined)
+    return res?.status === 200 ? (await res.json()).total_count : -1
+  }
+  const counted = (total) => Promise.all(servers.map(async (server) => { while (await count(server) !== total) await sleep(1) }))
+  await counted(members)
+  const times = { added: [], removed: [] }
+  let total = members
+  for (let n = 0; n < 40; n++) {
+    const add = n % 2 === 0
+    // Spread over the page order: between two members, or one of them (never the same one twice).
+    const at = 1 + Math.floor((n + 0.5) * members / 40)
+    if (add) await client.query("INSERT INTO members (organization_id, id, position, email, role) VALUES ('org_large', $1, $2, 'new@large.example', 'org:member')", [`new_${n}`, at * 10 + 5])
+    else await client.query("DELETE FROM members WHERE organization_id = 'org_large' AND id = $1", [`user_${at}`])
+    const from = performance.now()
+    await counted(total += add ? 1 : -1)
+    times[add ? 'added' : 'removed'].push(performance.now() - from)
+  }
+  return times
 }
 
 export async function benchScale ({ root, keys = 1_000_000, organizations = 100_000, changes = 100 }) {
@@ -222,6 +254,8 @@ export async function benchScale ({ root, keys = 1_000_000, organizations = 100_
       '|---|---:|',
       ...row('files', files),
       ...row('PostgreSQL', postgres),
+      `| PostgreSQL: a member added to an organization of 1,000,000, p50 / p99 of 20 | ${ms(quantile(postgres.large.added, 0.5))} / ${ms(quantile(postgres.large.added, 0.99))} |`,
+      `| PostgreSQL: a member removed from it, p50 / p99 of 20 | ${ms(quantile(postgres.large.removed, 0.5))} / ${ms(quantile(postgres.large.removed, 0.99))} |`,
       `| PostgreSQL: \`npm run db -- import\` of that data | ${ms(postgres.importMs)} |`
     ]
     return { results: { files, postgres }, lines }

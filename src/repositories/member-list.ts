@@ -1,6 +1,7 @@
 import { hash } from 'node:crypto'
 import type { Member } from '../schemas/member.js'
 import { DataError } from './data-error.js'
+import { createSlicer } from './slices.js'
 
 /**
  * A run of consecutive members: their JSON texts joined by commas, and where each text ends. Its
@@ -137,12 +138,17 @@ let spareHashes: Float64Array | undefined
 const HASHES = 64
 
 /**
- * The blocks of these lists by key, for the builders of the lists that replace them to share: one
- * index for a whole read, however many organizations it builds.
+ * The blocks of these organizations' lists by key, for the builders of the lists that replace them
+ * to share: one index for a whole read, however many organizations it builds. Made a slice at a
+ * time: a hundred thousand organizations take longer than a request should wait.
  */
-export function blockIndex (lists: Iterable<MemberList>): ReadonlyMap<number, Block> {
+export async function blockIndex (organizations: Iterable<{ readonly members: MemberList } | undefined>): Promise<ReadonlyMap<number, Block>> {
   const index = new Map<number, Block>()
-  for (const list of lists) for (const block of list.blocks) index.set(block.key, block)
+  const slicer = createSlicer()
+  for (const organization of organizations) {
+    for (const block of organization?.members.blocks ?? []) index.set(block.key, block)
+    if (slicer.due()) await slicer.pause()
+  }
   return index
 }
 

@@ -99,7 +99,7 @@ describe('reading organizations.json', () => {
     const before = await readOrganizationsFile(path, 'organizations.json')
     members[1500] = { ...members[1500]!, email: 'changed@big.example' }
     await write(JSON.stringify([{ id: 'org_big', name: 'Big', members }]))
-    const after = await readOrganizationsFile(path, 'organizations.json', blockIndex(before.map((organization) => organization.members)))
+    const after = await readOrganizationsFile(path, 'organizations.json', await blockIndex(before))
     expect(after[0]!.members.slice()).toEqual(members)
     expect(before[0]!.members.slice(1500, 1501)[0]!.email).toBe('person1500@big.example')
   })

@@ -41,7 +41,7 @@ async function readFile<K extends RecordKind> (dir: string, kind: K, current: Sn
   const path = join(dir, file)
   try {
     if (kind === 'organizations') {
-      const shared = current ? blockIndex(mapValues(current.parts.organizations.byKey.values(), (organization) => organization.members)) : undefined
+      const shared = current ? await blockIndex(current.parts.organizations.byKey.values()) : undefined
       const records = await readOrganizationsFile(path, file, shared)
       assertUnique('organizations', records, file)
       return { kind, all: records } as unknown as PartChange<K>
@@ -82,10 +82,6 @@ function validateWhole<K extends RecordKind> (kind: K, value: unknown, file: str
     if (problem !== undefined) throw new DataError(`${file}: ${problem}`)
   })
   return value as Array<Held<K>>
-}
-
-function * mapValues<T, U> (values: Iterable<T>, map: (value: T) => U): Iterable<U> {
-  for (const value of values) yield map(value)
 }
 
 /** Reads and validates the data files of a folder once; throws a DataError naming file, record and field. */

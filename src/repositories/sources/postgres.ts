@@ -130,26 +130,40 @@ async function readEndpoints (client: pg.ClientBase) {
 }
 
 /**
- * The rows of an open cursor, `size` at a time. The next batch is asked for before this one is
- * handed over, so that PostgreSQL reads it while this one is worked through.
+ * Rows fetched at a time through a cursor. Node.js parses whatever has reached the socket in one
+ * go (up to 32 reads of 64 KiB) before the next request gets a turn, and a batch lives until the
+ * next: some 2,000 rows (250 KB) keep both short, and die young.
  */
-async function * batches<R> (client: pg.ClientBase, cursor: string, size: number, rowMode?: 'array'): AsyncGenerator<R[]> {
-  const fetch = () => client.query<R & pg.QueryResultRow>({ text: `FETCH ${size} FROM ${cursor}`, ...(rowMode ? { rowMode } : {}) })
+const BATCH_ROWS = 2_000
+
+let cursors = 0
+
+/**
+ * The rows of `query`, BATCH_ROWS at a time, through a cursor of the transaction the client is in.
+ * The next batch is asked for before this one is handed over, so that PostgreSQL reads it while
+ * this one is worked through. The cursor is closed however the reading ends.
+ */
+async function * cursorRows<R> (client: pg.ClientBase, query: { text: string, values?: unknown[] }, rowMode?: 'array'): AsyncGenerator<R[]> {
+  const cursor = `directory_rows_${++cursors}`
+  await client.query({ text: `DECLARE ${cursor} NO SCROLL CURSOR FOR ${query.text}`, values: query.values })
+  const fetch = () => client.query<R & pg.QueryResultRow>({ text: `FETCH ${BATCH_ROWS} FROM ${cursor}`, ...(rowMode ? { rowMode } : {}) })
   let next: ReturnType<typeof fetch> | undefined = fetch()
+  let read = false
   try {
     while (next !== undefined) {
       const rows: R[] = (await next).rows
-      next = rows.length === size ? fetch() : undefined
+      next = rows.length === BATCH_ROWS ? fetch() : undefined
       yield rows
     }
+    read = true
   } finally {
     // Left before the end (a bad row): the batch asked for is not wanted, nor is how its fetch ends.
     next?.catch(() => {})
+    // Closed for the reads that follow in the transaction; if the connection is what failed, its error is the one to tell.
+    const closed = client.query(`CLOSE ${cursor}`)
+    await (read ? closed : closed.catch(() => {}))
   }
 }
-
-/** Rows of keys fetched at a time through a cursor: a batch that dies young, and a turn for requests between batches. */
-const KEY_BATCH = 20_000
 
 /**
  * Keys, all (as a change to those in place: readKeyChange) or those of these names, validated; a
@@ -159,23 +173,14 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
   const columns = 'SELECT name, sha256, kind, organization_id FROM keys'
   let index = 0
   const read = async (add: (key: ApiKey) => void) => {
-    await client.query(names === 'all'
-      ? `DECLARE key_rows NO SCROLL CURSOR FOR ${columns} ORDER BY name`
-      : { text: `DECLARE key_rows NO SCROLL CURSOR FOR ${columns} WHERE name = ANY($1) ORDER BY name`, values: [names] })
-    try {
-      for await (const rows of batches<ApiKey>(client, 'key_rows', KEY_BATCH)) {
-        for (const row of rows) {
-          const problem = recordProblem('keys', row, index++)
-          if (problem !== undefined) locateRow(new DataError(`keys: ${problem}`), 'keys', () => `name ${quoteValue(row.name)}`)
-          add(row)
-        }
+    const query = names === 'all' ? { text: `${columns} ORDER BY name` } : { text: `${columns} WHERE name = ANY($1) ORDER BY name`, values: [names] }
+    for await (const rows of cursorRows<ApiKey>(client, query)) {
+      for (const row of rows) {
+        const problem = recordProblem('keys', row, index++)
+        if (problem !== undefined) locateRow(new DataError(`keys: ${problem}`), 'keys', () => `name ${quoteValue(row.name)}`)
+        add(row)
       }
-    } catch (error) {
-      // Closed for the reads that follow in the transaction; if the connection is what failed, its error is the one to tell.
-      await client.query('CLOSE key_rows').catch(() => {})
-      throw error
     }
-    await client.query('CLOSE key_rows')
   }
   if (names === 'all') return { ...await readKeyChange(current?.parts.keys, 'table keys', read), rowsRead: index }
   const found: ApiKey[] = []
@@ -184,15 +189,24 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
   return { kind: 'keys', upsert: found, remove: names.filter((name) => !present.has(name)), rowsRead: index }
 }
 
+/**
+ * Organizations' ids and names, validated (their members apart: readMembers checks them), a batch
+ * at a time: a hundred thousand of them would otherwise be parsed and checked in one go.
+ */
 async function readOrganizationList (client: pg.ClientBase, ids: readonly string[] | 'all'): Promise<Array<{ id: string, name: string }>> {
-  const { rows } = ids === 'all'
-    ? await client.query('SELECT id, name FROM organizations ORDER BY position, id')
-    : await client.query('SELECT id, name FROM organizations WHERE id = ANY($1) ORDER BY position, id', [ids])
-  return rows
+  const list: Array<{ id: string, name: string }> = []
+  const query = ids === 'all'
+    ? { text: 'SELECT id, name FROM organizations ORDER BY position, id' }
+    : { text: 'SELECT id, name FROM organizations WHERE id = ANY($1) ORDER BY position, id', values: [ids] }
+  for await (const rows of cursorRows<{ id: string, name: string }>(client, query)) {
+    for (const { id, name } of rows) {
+      const problem = recordProblem('organizations', { id, name, members: [] }, list.length)
+      if (problem !== undefined) locateRow(new DataError(`organizations: ${problem}`), 'organizations', () => `id ${quoteValue(id)}`)
+      list.push({ id, name })
+    }
+  }
+  return list
 }
-
-/** Rows of members fetched at a time: a batch of member objects that dies young. */
-const MEMBER_BATCH = 10_000
 
 /** A member's place in page order: its position (as text: a bigint; null comes last), then its id. */
 type SortKey = readonly [position: string | null, id: string]
@@ -256,7 +270,7 @@ class RowListBuilder {
 
 /**
  * The members of these organizations (of all when `all`), by organization: read in page order
- * through a cursor, MEMBER_BATCH rows at a time, each batch validated and compacted into its
+ * through a cursor, a batch at a time, each batch validated and compacted into its
  * organization's MemberList (member-list.ts) before the next is fetched, so that a million members
  * are never all rows or objects at once: the peak is the lists themselves and one batch. Blocks
  * equal to blocks of `shared` are shared with them. Runs inside read()'s transaction, which the
@@ -264,13 +278,13 @@ class RowListBuilder {
  */
 async function readMembers (client: pg.ClientBase, ids: readonly string[] | 'all', shared?: ReadonlyMap<number, Block>) {
   const lists = new Map<string, MemberList>()
-  await client.query(ids === 'all'
-    ? `DECLARE member_rows NO SCROLL CURSOR FOR SELECT ${MEMBER_COLUMNS} FROM members ${PAGE_ORDER}`
-    : { text: `DECLARE member_rows NO SCROLL CURSOR FOR SELECT ${MEMBER_COLUMNS} FROM members WHERE organization_id = ANY($1) ${PAGE_ORDER}`, values: [ids] })
+  const query = ids === 'all'
+    ? { text: `SELECT ${MEMBER_COLUMNS} FROM members ${PAGE_ORDER}` }
+    : { text: `SELECT ${MEMBER_COLUMNS} FROM members WHERE organization_id = ANY($1) ${PAGE_ORDER}`, values: [ids] }
   let builder: RowListBuilder | undefined
   let listOf: string | undefined
   let count = 0
-  for await (const rows of batches<string[]>(client, 'member_rows', MEMBER_BATCH, 'array')) {
+  for await (const rows of cursorRows<string[]>(client, query, 'array')) {
     count += rows.length
     for (const row of rows) {
       if (row[0] !== listOf) {
@@ -282,7 +296,6 @@ async function readMembers (client: pg.ClientBase, ids: readonly string[] | 'all
     }
   }
   if (builder) lists.set(listOf!, builder.finish())
-  await client.query('CLOSE member_rows')
   return { lists, count }
 }
 
@@ -329,7 +342,7 @@ async function readAround (client: pg.ClientBase, organization: string, list: Me
   [changed.map((key) => key[0]), changed.map((key) => key[1]), bounds.map((key) => key[0]), bounds.map((key) => key[1])])
   const last = bounds.length - 1
   const affected = new Set(located.map(({ block }) => block === null ? last : block - 1))
-  const builder = new RowListBuilder(blockIndex([list]))
+  const builder = new RowListBuilder(await blockIndex([{ members: list }]))
   let kept = 0
   let count = 0
   for (const first of [...affected].sort((a, b) => a - b)) {
@@ -351,19 +364,6 @@ async function readAround (client: pg.ClientBase, organization: string, list: Me
   }
   builder.addBlocks(list.blocks.slice(kept), bounds.slice(kept))
   return { list: builder.finish(), count }
-}
-
-/**
- * Organizations (their members apart: readMembers checks them), against the schema, a slice at a
- * time: a hundred thousand of them would otherwise hold the event loop in one pass.
- */
-async function validateOrganizations (organizations: ReadonlyArray<{ id: string, name: string }>) {
-  const slicer = createSlicer()
-  for (const [index, { id, name }] of organizations.entries()) {
-    const problem = recordProblem('organizations', { id, name, members: [] }, index)
-    if (problem !== undefined) locateRow(new DataError(`organizations: ${problem}`), 'organizations', () => `id ${quoteValue(id)}`)
-    if (slicer.due()) await slicer.pause()
-  }
 }
 
 /** A read asked of the source, waiting for the transaction of its turn. */
@@ -505,7 +505,6 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
   /** Organizations and their members, and the rows read. */
   async function readOrganizations (client: pg.ClientBase, ids: readonly string[] | 'all', current: Snapshot | undefined) {
     const list = await readOrganizationList(client, ids)
-    await validateOrganizations(list)
     const before = current?.parts.organizations.byKey
     // Those whose members need not be read whole: their row alone changed, or a few members of a large one.
     const partly = new Map<string, SortKey[] | 'row'>()
@@ -529,9 +528,7 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
   async function readOrganizationsAs (client: pg.ClientBase, list: ReadonlyArray<{ id: string, name: string }>, whole: readonly string[] | 'all',
     partly: ReadonlyMap<string, SortKey[] | 'row'>, before: Snapshot['parts']['organizations']['byKey'] | undefined) {
     // The blocks of the organizations read again, for their new lists to share.
-    const previous = before === undefined
-      ? undefined
-      : blockIndex((whole === 'all' ? [...before.values()] : whole.map((id) => before.get(id)).filter((organization) => organization !== undefined)).map((organization) => organization!.members))
+    const previous = before === undefined ? undefined : await blockIndex(whole === 'all' ? before.values() : whole.map((id) => before.get(id)))
     const { lists, count } = list.length > 0 && whole.length > 0 ? await readMembers(client, whole, previous) : { lists: new Map<string, MemberList>(), count: 0 }
     let rows = list.length + count
     const organizations: Organization[] = []
