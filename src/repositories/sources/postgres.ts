@@ -218,16 +218,24 @@ type SortKey = readonly [position: string | null, id: string]
  */
 const boundsOf = new WeakMap<MemberList, readonly SortKey[]>()
 
-/** organization_id, id, email, first_name, last_name, role, position::text: a member row, in array mode. */
-// Not named `position`: ORDER BY would sort by the text.
-const MEMBER_COLUMNS = 'organization_id, id, email, first_name, last_name, role, position::text AS position_text'
+/** A member row, in array mode: organization_id, id, email, first_name, last_name, role. */
+const MEMBER_COLUMNS = 'organization_id, id, email, first_name, last_name, role'
+/** The same, and its position (as text, and not named `position`, which ORDER BY would take for it). */
+const RANGE_COLUMNS = `${MEMBER_COLUMNS}, position::text AS position_text`
 const PAGE_ORDER = 'ORDER BY organization_id, position, id'
 
-/** A MemberListBuilder of member rows that notes where its blocks end (boundsOf). */
+/** Where the blocks of a list end: their last members' ids, and positions where the rows read had them. */
+interface BlockEnds {
+  readonly ids: string[]
+  readonly positions: Array<string | null | undefined>
+}
+
+/** A MemberListBuilder of member rows that notes where its blocks end. */
 class RowListBuilder {
   private readonly builder: MemberListBuilder
-  private readonly bounds: SortKey[] = []
-  private last: SortKey | undefined
+  private readonly ends: BlockEnds = { ids: [], positions: [] }
+  private lastId = ''
+  private lastPosition: string | null | undefined
 
   constructor (shared?: ReadonlyMap<number, Block>) {
     // Member ids are unique within their organization by the primary key (organization_id, id):
@@ -239,8 +247,8 @@ class RowListBuilder {
     return this.builder.atBlockEnd
   }
 
-  /** Adds a row, validated: a bad one is a DataError naming it. */
-  add (row: string[]) {
+  /** Adds a row (of MEMBER_COLUMNS or RANGE_COLUMNS), validated: a bad one is a DataError naming it. */
+  add (row: Array<string | null>) {
     // A member object is made once, in the field order of the files, without the organization's id.
     const member = { id: row[1]!, email: row[2]!, first_name: row[3]!, last_name: row[4]!, role: row[5] as Member['role'] }
     const problem = memberProblem(member, 0, 0)
@@ -249,23 +257,48 @@ class RowListBuilder {
       throw new DataError(`table members, row organization_id ${quoteValue(row[0])}, id ${quoteValue(member.id)}: ${problem.replace(/^\[0\]\.members\[0\]\.?/, '')}`)
     }
     this.builder.add(member)
-    if (this.builder.atBlockEnd) this.bounds.push([row[6] ?? null, member.id])
-    else this.last = [row[6] ?? null, member.id]
+    this.lastId = member.id
+    this.lastPosition = row[6]
+    if (this.builder.atBlockEnd) this.blockEnded()
   }
 
   /** Adds blocks of a list whole, with their bounds. */
   addBlocks (blocks: readonly Block[], bounds: readonly SortKey[]) {
     this.builder.addBlocks(blocks)
-    this.bounds.push(...bounds)
+    for (const [position, id] of bounds) {
+      this.ends.ids.push(id)
+      this.ends.positions.push(position)
+    }
   }
 
-  finish (): MemberList {
-    const closesBlock = !this.builder.atBlockEnd
+  /** The list, and where its blocks end when it has more than one. */
+  finish (): { list: MemberList, ends?: BlockEnds } {
+    const pending = !this.builder.atBlockEnd
     const { list } = this.builder.finish()
-    if (closesBlock) this.bounds.push(this.last!)
-    if (list.blocks.length > 1) boundsOf.set(list, this.bounds)
-    return list
+    if (pending) this.blockEnded()
+    return list.blocks.length > 1 ? { list, ends: this.ends } : { list }
   }
+
+  private blockEnded () {
+    this.ends.ids.push(this.lastId)
+    this.ends.positions.push(this.lastPosition)
+  }
+}
+
+/**
+ * Notes the bounds of a list of several blocks (boundsOf), asking the database for the positions
+ * the rows read did not have, in the transaction they were read in: a whole read leaves positions
+ * out, a million of them for a thousand block ends.
+ */
+async function noteBounds (client: pg.ClientBase, organization: string, list: MemberList, { ids, positions }: BlockEnds) {
+  const missing = ids.filter((_, b) => positions[b] === undefined)
+  if (missing.length > 0) {
+    const { rows } = await client.query<{ id: string, position_text: string | null }>(
+      'SELECT id, position::text AS position_text FROM members WHERE organization_id = $1 AND id = ANY($2)', [organization, missing])
+    const found = new Map(rows.map((row) => [row.id, row.position_text]))
+    for (let b = 0; b < ids.length; b++) if (positions[b] === undefined) positions[b] = found.get(ids[b]!)
+  }
+  boundsOf.set(list, ids.map((id, b) => [positions[b] ?? null, id]))
 }
 
 /**
@@ -278,24 +311,31 @@ class RowListBuilder {
  */
 async function readMembers (client: pg.ClientBase, ids: readonly string[] | 'all', shared?: ReadonlyMap<number, Block>) {
   const lists = new Map<string, MemberList>()
+  const large: Array<[string, { list: MemberList, ends?: BlockEnds }]> = []
   const query = ids === 'all'
     ? { text: `SELECT ${MEMBER_COLUMNS} FROM members ${PAGE_ORDER}` }
     : { text: `SELECT ${MEMBER_COLUMNS} FROM members WHERE organization_id = ANY($1) ${PAGE_ORDER}`, values: [ids] }
   let builder: RowListBuilder | undefined
   let listOf: string | undefined
   let count = 0
+  const finish = () => {
+    const finished = builder!.finish()
+    lists.set(listOf!, finished.list)
+    if (finished.ends) large.push([listOf!, finished])
+  }
   for await (const rows of cursorRows<string[]>(client, query, 'array')) {
     count += rows.length
     for (const row of rows) {
       if (row[0] !== listOf) {
-        if (builder) lists.set(listOf!, builder.finish())
+        if (builder) finish()
         listOf = row[0]!
         builder = new RowListBuilder(shared)
       }
       builder!.add(row)
     }
   }
-  if (builder) lists.set(listOf!, builder.finish())
+  if (builder) finish()
+  for (const [organization, { list, ends }] of large) await noteBounds(client, organization, list, ends!)
   return { lists, count }
 }
 
@@ -306,7 +346,7 @@ async function readMembers (client: pg.ClientBase, ids: readonly string[] | 'all
  */
 function rangeQueries (organization: string, lower: SortKey | undefined, upper: SortKey | undefined): pg.QueryArrayConfig[] {
   const query = (conditions: string[], values: unknown[], order: string): pg.QueryArrayConfig =>
-    ({ text: `SELECT ${MEMBER_COLUMNS} FROM members WHERE organization_id = $1 AND ${conditions.join(' AND ')} ORDER BY ${order}`, values: [organization, ...values], rowMode: 'array' })
+    ({ text: `SELECT ${RANGE_COLUMNS} FROM members WHERE organization_id = $1 AND ${conditions.join(' AND ')} ORDER BY ${order}`, values: [organization, ...values], rowMode: 'array' })
   const queries: pg.QueryArrayConfig[] = []
   if (lower === undefined || lower[0] !== null) {
     const conditions = ['position IS NOT NULL']
@@ -363,7 +403,9 @@ async function readAround (client: pg.ClientBase, organization: string, list: Me
     kept = to + 1
   }
   builder.addBlocks(list.blocks.slice(kept), bounds.slice(kept))
-  return { list: builder.finish(), count }
+  const { list: next, ends } = builder.finish()
+  if (ends) await noteBounds(client, organization, next, ends)
+  return { list: next, count }
 }
 
 /** A read asked of the source, waiting for the transaction of its turn. */
