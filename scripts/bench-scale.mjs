@@ -8,8 +8,9 @@
 // changes, the time from a change (rename of keys.json; a committed DELETE or INSERT) to the first
 // answer that shows it on every replica, p50 and p99 over 20 revocations and 20 mints, and the p99
 // of requests sent meanwhile from another process while a bulk reload runs, against the same
-// client's p99 while nothing changes. For PostgreSQL also `npm run db -- import` of that data, and
-// the time for a member added to (removed from) an organization of a million members to reach both replicas.
+// client's p99 while nothing changes, and the servers' own longest event-loop delay in each. For
+// PostgreSQL also `npm run db -- import` of that data, and the time for a member added to (removed
+// from) an organization of a million members to reach both replicas.
 import { execFileSync, spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
@@ -97,18 +98,37 @@ function probe (url, key) {
   }
 }
 
-/** The same client's latency with nothing changing, then while `bulk()` runs (and for 1 s after). */
-async function latencyDuringBulk (url, key, bulk) {
+/**
+ * The longest event-loop delay of these servers since this was last asked (ms): their /metrics'
+ * nodejs_eventloop_lag_max_seconds, which prom-client resets at each scrape (the first one starts it).
+ */
+async function loopDelay (servers) {
+  const delays = await Promise.all(servers.map(async (server) => {
+    const text = await (await fetch(`${server.url}/metrics`)).text()
+    return Number(/^nodejs_eventloop_lag_max_seconds (\S+)$/m.exec(text)[1]) * 1000
+  }))
+  return Math.max(...delays)
+}
+
+/**
+ * The same client's latency with nothing changing, then while `change()` is made and until
+ * `served()` (and for 1 s after), and the servers' longest event-loop delay in each.
+ */
+async function latencyDuringBulk (url, key, servers, change, served) {
+  // Once before: the first request of a route builds what it needs (the member listing's query validator).
+  await served()
+  await loopDelay(servers)
   const quiet = probe(url, key)
   await sleep(3000)
-  const idle = await quiet.stop()
+  const idle = { ...await quiet.stop(), loop: await loopDelay(servers) }
   const loaded = probe(url, key)
   await sleep(500)
   const started = performance.now()
-  await bulk()
+  await change()
+  while (!await served()) await sleep(5)
   const bulkMs = performance.now() - started
   await sleep(1000)
-  return { idle, busy: await loaded.stop(), bulkMs }
+  return { idle, busy: { ...await loaded.stop(), loop: await loopDelay(servers) }, bulkMs }
 }
 
 async function scaleFiles ({ root, work, keys, organizations, changes }) {
@@ -143,11 +163,10 @@ async function scaleFiles ({ root, work, keys, organizations, changes }) {
   // A bulk reload: every key's organization changes.
   const bulkText = keysText(keys, organizations, revoked, minted).replaceAll('"organization_id":"org_', '"organization_id":"moved_')
   await writeFile(join(dir, 'keys.json.tmp'), bulkText)
-  const bulk = await latencyDuringBulk(`${server.url}/v1/providers`, key, async () => {
-    await rename(join(dir, 'keys.json.tmp'), join(dir, 'keys.json'))
+  const bulk = await latencyDuringBulk(`${server.url}/v1/providers`, key, [server],
+    () => rename(join(dir, 'keys.json.tmp'), join(dir, 'keys.json')),
     // Served once a management key's organization reads "moved": its member listing answers 404 then (key 1000: the revocations take keys 2 to 200).
-    while (await status(`${server.url}/v1/organization/members`, 'scale-key-1000') !== 404) await sleep(5);
-  })
+    async () => await status(`${server.url}/v1/organization/members`, 'scale-key-1000') === 404)
   server.child.kill('SIGTERM')
   return { startMs, rssStart, rssChanged, times, bulk }
 }
@@ -183,13 +202,18 @@ async function scalePostgres ({ root, work, keys, organizations, changes }) {
     }
     await sleep(2000)
     const rssChanged = Math.max(...servers.map((server) => rssMb(server.child.pid)))
+    // A rolling update: one more replica starts while the two serve (the start above is two at once).
+    const joining = startServer(root, { DATABASE_URL: database.url, PORT: '3704' }, work, 'pg-3')
+    servers.push(joining)
+    const joinMs = await firstAnswer(joining, key)
+    joining.child.kill('SIGTERM')
+    servers.pop()
     // A bulk reload: every member's row is written again, and every organization read again.
-    const bulk = await latencyDuringBulk(`${servers[0].url}/v1/providers`, key, async () => {
-      await client.query("UPDATE members SET first_name = 'Bulk'")
-      while (!(await (await fetch(`${servers[0].url}/v1/organization/members?limit=1`, { headers: { authorization: 'Bearer scale-key-1000' } })).text()).includes('"Bulk"')) await sleep(5)
-    })
+    const bulk = await latencyDuringBulk(`${servers[0].url}/v1/providers`, key, servers,
+      () => client.query("UPDATE members SET first_name = 'Bulk'"),
+      async () => (await (await fetch(`${servers[0].url}/v1/organization/members?limit=1`, { headers: { authorization: 'Bearer scale-key-1000' } })).text()).includes('"Bulk"'))
     const large = await largeOrganization(client, servers)
-    return { importMs, startMs, rssStart, rssChanged, times, bulk, large, version: database.version }
+    return { importMs, startMs, joinMs, rssStart, rssChanged, times, bulk, large, version: database.version }
   } finally {
     for (const server of servers) server.child.kill('SIGTERM')
     await client.end().catch(() => {})
@@ -234,12 +258,12 @@ export async function benchScale ({ root, keys = 1_000_000, organizations = 100_
     const postgres = await scalePostgres({ root, work, keys, organizations, changes })
     const ms = (n) => `${fmt(n)} ms`
     const row = (label, r) => [
-      `| ${label}: start, spawn to first 200 | ${ms(r.startMs)} |`,
+      `| ${label}: start, spawn to first 200${label === 'files' ? '' : ' (two replicas at once)'} | ${ms(r.startMs)} |`,
       `| ${label}: RSS after start, and after ${changes} changes | ${fmt(r.rssStart)} MB, ${fmt(r.rssChanged)} MB |`,
       `| ${label}: revocation to 401, p50 / p99 of 20 | ${ms(quantile(r.times.revocation, 0.5))} / ${ms(quantile(r.times.revocation, 0.99))} |`,
       `| ${label}: mint to 200, p50 / p99 of 20 | ${ms(quantile(r.times.mint, 0.5))} / ${ms(quantile(r.times.mint, 0.99))} |`,
-      `| ${label}: requests, p99 (max) with nothing changing | ${fmt(r.bulk.idle.p99, 1)} ms (${fmt(r.bulk.idle.max, 1)} ms) |`,
-      `| ${label}: requests, p99 (max) during a bulk reload of ${fmt(r.bulk.bulkMs)} ms | ${fmt(r.bulk.busy.p99, 1)} ms (${fmt(r.bulk.busy.max, 1)} ms) |`
+      `| ${label}: requests, p99 (max); event loop's longest delay, with nothing changing | ${fmt(r.bulk.idle.p99, 1)} ms (${fmt(r.bulk.idle.max, 1)} ms); ${ms(r.bulk.idle.loop)} |`,
+      `| ${label}: the same during a bulk reload of ${fmt(r.bulk.bulkMs)} ms | ${fmt(r.bulk.busy.p99, 1)} ms (${fmt(r.bulk.busy.max, 1)} ms); ${ms(r.bulk.busy.loop)} |`
     ]
     const lines = [
       '## Gateway scale',
@@ -248,12 +272,14 @@ export async function benchScale ({ root, keys = 1_000_000, organizations = 100_
       `organizations.json ${fmt(organizationsText(organizations).length / 1e6)} MB). Files: one process; PostgreSQL ${postgres.version}: two replicas, every`,
       'time to the slower of the two. A change to keys.json is a rename of the whole file; the bulk reload is every key',
       'moved to another organization (files), and `UPDATE members SET first_name` on every member (PostgreSQL). Requests:',
-      '10 at a time from another process, on `GET /v1/providers`.',
+      '10 at a time from another process, on `GET /v1/providers`; the event loop\'s longest delay is the servers\' own',
+      '`nodejs_eventloop_lag_max_seconds` over the same time (the slower replica\'s).',
       '',
       '| Measure | Value |',
       '|---|---:|',
       ...row('files', files),
       ...row('PostgreSQL', postgres),
+      `| PostgreSQL: start of a third replica while the two serve, spawn to first 200 | ${ms(postgres.joinMs)} |`,
       `| PostgreSQL: a member added to an organization of 1,000,000, p50 / p99 of 20 | ${ms(quantile(postgres.large.added, 0.5))} / ${ms(quantile(postgres.large.added, 0.99))} |`,
       `| PostgreSQL: a member removed from it, p50 / p99 of 20 | ${ms(quantile(postgres.large.removed, 0.5))} / ${ms(quantile(postgres.large.removed, 0.99))} |`,
       `| PostgreSQL: \`npm run db -- import\` of that data | ${ms(postgres.importMs)} |`
