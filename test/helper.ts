@@ -207,6 +207,8 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
   let installed = 0
   /** The rows each install read, by kind, where the source counts them. */
   const rowsRead: Array<Record<string, number>> = []
+  /** What was logged as a warning (a read that failed and is tried again), with its problem. */
+  const warnings: string[] = []
   lifecycle.follow({
     info (object: { change?: string, rows_read?: Record<string, number> }, message) {
       // Kinds read together are installed together, their changes joined by '; '.
@@ -220,7 +222,9 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
       if (message.startsWith('change refused')) refusals.push({ part: object.part!, problem: object.problem! })
       else if (message.startsWith('cannot follow')) states.push({ up: false, problem: object.problem })
     },
-    warn () {}
+    warn (object: { problem?: string }, message) {
+      warnings.push(`${message}: ${object.problem ?? ''}`)
+    }
   })
   const poll = async <T>(what: string, found: () => T | undefined): Promise<T> => {
     const deadline = Date.now() + timeoutMs
@@ -242,6 +246,7 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
       return index < 0 ? undefined : states.splice(0, index + 1).at(-1)!.problem ?? ''
     }),
     installs: (count: number) => poll(`${count} installs`, () => installed >= count ? installed : undefined),
-    rowsRead
+    rowsRead,
+    warnings
   }
 }

@@ -1,6 +1,7 @@
 import { execFile, execFileSync } from 'node:child_process'
 import { existsSync, readdirSync } from 'node:fs'
 import { chown, mkdtemp, rm } from 'node:fs/promises'
+import net from 'node:net'
 import { tmpdir, userInfo } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -111,6 +112,36 @@ export async function startPostgres (): Promise<PostgresServer> {
         stopAtExit()
         await rm(dir, { recursive: true, force: true })
       }
+    }
+  }
+}
+
+/**
+ * A TCP proxy to the server at `url` that holds every chunk `delayMs` in each direction, as a
+ * database far away does: what a replica does between its queries is spread out in time.
+ */
+export async function latencyProxy (url: string, delayMs: number) {
+  const target = new URL(url)
+  const sockets = new Set<net.Socket>()
+  const proxy = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port), target.hostname)
+    const pipe = (from: net.Socket, to: net.Socket) => {
+      sockets.add(from)
+      from.on('data', (chunk) => { setTimeout(() => { if (!to.destroyed) to.write(chunk) }, delayMs) })
+      from.on('close', () => setTimeout(() => to.destroy(), delayMs + 1))
+      from.on('error', () => {})
+    }
+    pipe(client, upstream)
+    pipe(upstream, client)
+  })
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
+  const proxied = new URL(url)
+  proxied.port = String((proxy.address() as net.AddressInfo).port)
+  return {
+    url: proxied.toString(),
+    async close () {
+      for (const socket of sockets) socket.destroy()
+      await new Promise((resolve) => proxy.close(resolve))
     }
   }
 }

@@ -212,6 +212,13 @@ async function readOrganizationList (client: pg.ClientBase, ids: readonly string
 type SortKey = readonly [position: string | null, id: string]
 
 /**
+ * What notices said of an organization's members since it was last read: the sort keys of the
+ * members changed, before and after (read the blocks around them), `whole` (read them all), or
+ * `row` (its row alone changed: keep its members).
+ */
+type MemberChange = SortKey[] | 'whole' | 'row'
+
+/**
  * Where each block of a list ends in page order (the sort key of its last member), for lists of
  * more than one block: a change to a few members of a large organization reads again the blocks
  * around them alone. A list of one block is read again whole, which costs as much.
@@ -413,6 +420,8 @@ interface Job {
   kind: RecordKind
   keys: readonly string[] | 'all'
   current: Snapshot | undefined
+  /** Organizations: what the notices said of their members, taken when the read was asked for. */
+  memberChanges?: ReadonlyMap<string, MemberChange>
   resolve(change: PartChange): void
   reject(error: unknown): void
 }
@@ -457,12 +466,27 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
   }
 
   /**
-   * What the notices said of each organization's members since it was last read: the sort keys of
-   * the members changed (read the blocks around them), `whole` (read them all: the notice could not
-   * name them), or `row` (its row alone changed: keep its members). An organization not here is
-   * read whole. Taken by the read of the organization; an `all` read drops them all.
+   * What the notices said of each organization's members since it was last read (MemberChange). An
+   * organization not here is read whole. Taken by the read of the organization; an `all` read drops them all.
    */
-  const memberChanges = new Map<string, SortKey[] | 'whole' | 'row'>()
+  const memberChanges = new Map<string, MemberChange>()
+
+  /**
+   * Takes what the notices said of these organizations' members (all: drops it all). Taken before
+   * the read's transaction takes its snapshot: PostgreSQL delivers a notice once its transaction is
+   * visible, so the snapshot holds every change taken, and a notice that comes later waits for the next read.
+   */
+  function takeMemberChanges (ids: readonly string[] | 'all'): Map<string, MemberChange> {
+    const taken = new Map<string, MemberChange>()
+    if (ids === 'all') memberChanges.clear()
+    for (const id of ids === 'all' ? [] : ids) {
+      const change = memberChanges.get(id)
+      if (change === undefined) continue
+      taken.set(id, change)
+      memberChanges.delete(id)
+    }
+    return taken
+  }
 
   function noteMembers (ids: readonly string[], named: unknown) {
     const byOrganization = new Map<string, SortKey[]>()
@@ -530,6 +554,11 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
   async function inTransaction<T> (read: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     const client = await pool.connect()
     let broken = false
+    // The connection cut between two queries (the server restarted or ended the session, a proxy
+    // hung up): the client says so with an 'error' event, which the pool stops listening to while
+    // the client is out, and which would end the process unheard. The next query fails instead.
+    const lost = () => { broken = true }
+    client.on('error', lost)
     try {
       await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
       const result = await read(client)
@@ -539,36 +568,27 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
       broken = true
       throw error
     } finally {
+      client.off('error', lost)
       // A connection left in a failed transaction (or a broken one) is closed, not reused.
       client.release(broken)
     }
   }
 
-  /** Organizations and their members, and the rows read. */
-  async function readOrganizations (client: pg.ClientBase, ids: readonly string[] | 'all', current: Snapshot | undefined) {
+  /**
+   * Organizations and their members, and the rows read. `changes`: what the notices said of their
+   * members (an organization not in it is read whole).
+   */
+  async function readOrganizations (client: pg.ClientBase, ids: readonly string[] | 'all', current: Snapshot | undefined, changes: ReadonlyMap<string, MemberChange>) {
     const list = await readOrganizationList(client, ids)
     const before = current?.parts.organizations.byKey
     // Those whose members need not be read whole: their row alone changed, or a few members of a large one.
     const partly = new Map<string, SortKey[] | 'row'>()
-    if (ids === 'all') memberChanges.clear()
-    for (const id of ids === 'all' ? [] : ids) {
-      const change = memberChanges.get(id)
-      memberChanges.delete(id)
+    for (const [id, change] of changes) {
       const members = before?.get(id)?.members
-      if (members === undefined || change === undefined || change === 'whole') continue
+      if (members === undefined || change === 'whole') continue
       if (change === 'row' || boundsOf.has(members)) partly.set(id, change)
     }
-    try {
-      return await readOrganizationsAs(client, list, ids === 'all' ? 'all' : ids.filter((id) => !partly.has(id)), partly, before)
-    } catch (error) {
-      // Not installed: what the notices said of their members is gone, so they are read whole next time.
-      for (const id of ids === 'all' ? [] : ids) memberChanges.set(id, 'whole')
-      throw error
-    }
-  }
-
-  async function readOrganizationsAs (client: pg.ClientBase, list: ReadonlyArray<{ id: string, name: string }>, whole: readonly string[] | 'all',
-    partly: ReadonlyMap<string, SortKey[] | 'row'>, before: Snapshot['parts']['organizations']['byKey'] | undefined) {
+    const whole = ids === 'all' ? 'all' : ids.filter((id) => !partly.has(id))
     // The blocks of the organizations read again, for their new lists to share.
     const previous = before === undefined ? undefined : await blockIndex(whole === 'all' ? before.values() : whole.map((id) => before.get(id)))
     const { lists, count } = list.length > 0 && whole.length > 0 ? await readMembers(client, whole, previous) : { lists: new Map<string, MemberList>(), count: 0 }
@@ -577,12 +597,20 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
     const slicer = createSlicer()
     for (const { id, name } of list) {
       const change = partly.get(id)
+      const old = before?.get(id)?.members
       let members = lists.get(id) ?? MemberList.of([])
-      if (change === 'row') members = before!.get(id)!.members
+      if (change === 'row') members = old!
       else if (change !== undefined) {
-        const around = await readAround(client, id, before!.get(id)!.members, change)
+        const around = await readAround(client, id, old!, change)
         members = around.list
         rows += around.count
+      }
+      // The same members in the same order: the snapshot keeps the list it has (snapshot.ts), whose
+      // blocks may now end at other positions (renumbered in place). It takes the bounds just read.
+      if (old !== undefined && old !== members && old.version === members.version) {
+        const bounds = boundsOf.get(members)
+        if (bounds === undefined) boundsOf.delete(old)
+        else boundsOf.set(old, bounds)
       }
       // Ids are unique by the primary key: no check of our own, which would be one more pass over them all.
       organizations.push({ id, name, members })
@@ -591,7 +619,8 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
     return { organizations, rows }
   }
 
-  async function readKind (client: pg.ClientBase, { kind, keys, current }: Job): Promise<PartChange> {
+  async function readKind (client: pg.ClientBase, job: Job): Promise<PartChange> {
+    const { kind, keys, current } = job
     if (current === undefined) await checkSchema(client)
     switch (kind) {
       case 'providers': {
@@ -606,7 +635,7 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
         return await readKeys(client, keys, current)
       }
       case 'organizations': {
-        const { organizations, rows } = await readOrganizations(client, keys, current)
+        const { organizations, rows } = await readOrganizations(client, keys, current, job.memberChanges ?? new Map())
         if (keys === 'all') return { kind, all: organizations, rowsRead: rows }
         const present = new Set(organizations.map((organization) => organization.id))
         return { kind, upsert: organizations, remove: keys.filter((id) => !present.has(id)), rowsRead: rows }
@@ -654,7 +683,23 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
             void readBatch(jobs)
           })
         }
-        batch.push({ kind, keys, current, resolve: resolve as Job['resolve'], reject })
+        if (kind !== 'organizations') {
+          batch.push({ kind, keys, current, resolve: resolve as Job['resolve'], reject })
+          return
+        }
+        const taken = takeMemberChanges(keys)
+        batch.push({
+          kind,
+          keys,
+          current,
+          memberChanges: taken,
+          resolve: resolve as Job['resolve'],
+          reject (error) {
+            // Not installed: what the notices said of their members is gone, so they are read whole next time.
+            for (const id of taken.keys()) memberChanges.set(id, 'whole')
+            reject(error)
+          }
+        })
       })
     },
     watch (handlers) {

@@ -10,7 +10,7 @@ import { createPostgresSource } from '../../../src/repositories/sources/postgres
 import { migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
 import { bearer, build, KEYS, makeData, recordsOf, sha256, watchLifecycle } from '../../helper.js'
-import { startPostgres, type PostgresServer } from '../../postgres.js'
+import { latencyProxy, startPostgres, type PostgresServer } from '../../postgres.js'
 
 let server: PostgresServer
 beforeAll(async () => { server = await startPostgres() })
@@ -34,9 +34,9 @@ async function importData (data: DirectoryData) {
   await replaceDirectory(admin, data)
 }
 
-/** A lifecycle over the test database, loaded, followed, and an app serving it. */
-async function follow () {
-  const lifecycle = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
+/** A lifecycle over the test database (through `through`, a proxy's URL, when given), loaded, followed, and an app serving it. */
+async function follow (through = url) {
+  const lifecycle = createLifecycle(createPostgresSource({ url: through, connectTimeoutMs: 0 }))
   lifecycles.push(lifecycle)
   const data = recordsOf(await lifecycle.load())
   const watched = watchLifecycle(lifecycle)
@@ -310,6 +310,88 @@ describe('following changes', () => {
     await until((data) => big(data).members.version === expected.version)
     expect(rowsRead.at(-1)!.organizations).toBe(1 + expected.length)
   }, 60_000)
+
+  describe('a large organization whose members change a few at a time', () => {
+    const size = 5_000
+    beforeEach(async () => {
+      await admin.query("INSERT INTO organizations (id, name) VALUES ('org_big', 'Big')")
+      await admin.query(`INSERT INTO members (organization_id, id, position, email, role)
+        SELECT 'org_big', 'user_' || i, i * 10, 'user' || i || '@big.example', 'org:member' FROM generate_series(1, ${size}) AS i`)
+    })
+    const big = (data: DirectoryData) => data.organizations.find((organization) => organization.id === 'org_big')!
+    /** Members whose ids close a block (member-list.ts). */
+    const closing = () => Array.from({ length: size }, (_, i) => `user_${i + 1}`).filter((id) => hashId(id) % 1024 === 0)
+    /** Until the replica serves org_big as a whole read of the database gives it. */
+    const caughtUp = async (until: Awaited<ReturnType<typeof follow>>['until']) => {
+      const expected = big(await readDatabase()).members
+      await until((data) => big(data).members.version === expected.version)
+    }
+
+    it('follows a block\'s last member moved without changing the order, then removed', async () => {
+      const { until, installs } = await follow()
+      const last = closing()[1]!
+      // The order and the version stay: the list served is kept, and must learn where its block now ends.
+      await admin.query(`UPDATE members SET position = position + 1 WHERE organization_id = 'org_big' AND id = '${last}'`)
+      await installs(1)
+      await admin.query(`DELETE FROM members WHERE organization_id = 'org_big' AND id = '${last}'`)
+      await caughtUp(until)
+    })
+
+    it('follows positions renumbered in place (a whole read), then a member added', async () => {
+      const { until, installs } = await follow()
+      await admin.query("UPDATE members SET position = position * 2 WHERE organization_id = 'org_big'")
+      await installs(1)
+      await admin.query(`INSERT INTO members (organization_id, id, position, email, role)
+        VALUES ('org_big', 'new_1', ${Number(closing()[1]!.slice('user_'.length)) * 20 + 1}, 'new@big.example', 'org:member')`)
+      await caughtUp(until)
+    })
+
+    it('reads next a change committed after a read took its snapshot, whatever follows', async () => {
+      // 50 ms between the replica and PostgreSQL each way: a read's snapshot, and what the replica does
+      // once it has read the organizations' rows, are far apart.
+      const proxy = await latencyProxy(url, 50)
+      try {
+        const { until } = await follow(proxy.url)
+        /** Until PostgreSQL has run the replica's statement like `pattern` (its last one, as pg_stat_activity shows it). */
+        const ran = async (pattern: string) => {
+          for (;;) {
+            const { rows } = await admin.query('SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE $1', [pattern])
+            if (rows.length > 0) return
+            await new Promise((resolve) => setTimeout(resolve, 2))
+          }
+        }
+        await admin.query("UPDATE members SET email = 'first@big.example' WHERE organization_id = 'org_big' AND id = 'user_100'")
+        await ran('DECLARE % FROM organizations %')
+        // After the read's snapshot: this read does not see it, and the next must read it.
+        await admin.query("DELETE FROM members WHERE organization_id = 'org_big' AND id = 'user_2500'")
+        await ran('CLOSE %')
+        await new Promise((resolve) => setTimeout(resolve, 150))
+        // Noticed after the read went on to the members: the next read must cover both.
+        await admin.query("UPDATE members SET email = 'third@big.example' WHERE organization_id = 'org_big' AND id = 'user_4900'")
+        await caughtUp(until)
+      } finally {
+        await Promise.all(lifecycles.splice(0).map((lifecycle) => lifecycle.close()))
+        await proxy.close()
+      }
+    })
+
+    it('survives PostgreSQL ending its sessions between two queries of a read, and reads again', async () => {
+      const { lifecycle, until, warnings } = await follow()
+      const { rows: [{ name }] } = await admin.query('SELECT current_database() AS name')
+      // A session idle in a transaction for 1 ms is ended by the server, with an error the client hears
+      // between two queries (while it works through a batch of rows). The replica's idle connections are
+      // ended, for new ones to take the setting.
+      await admin.query(`ALTER DATABASE "${name}" SET idle_in_transaction_session_timeout = 1`)
+      await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query NOT LIKE 'LISTEN%'")
+      await admin.query("UPDATE members SET email = 'cut@big.example' WHERE organization_id = 'org_big' AND id = 'user_2500'")
+      lifecycle.reload()
+      const deadline = Date.now() + 10_000
+      while (!warnings.some((warning) => warning.includes('idle-in-transaction')) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20))
+      expect(warnings.find((warning) => warning.includes('idle-in-transaction'))).toMatch(/^reading a change failed; trying again: /)
+      await admin.query(`ALTER DATABASE "${name}" RESET idle_in_transaction_session_timeout`)
+      await caughtUp(until)
+    }, 30_000)
+  })
 
   it('reads every part again on reload()', async () => {
     const { lifecycle, installs } = await follow()
