@@ -375,6 +375,35 @@ describe('following changes', () => {
       }
     })
 
+    // Seeds that found, within 11 steps, the list kept with its old bounds (the code before dd9ea1b).
+    it.each([2, 4])('equals a whole read after each of 100 random changes, some made before the last is read (seed %i)', async (seed) => {
+      const { until } = await follow()
+      // A seeded generator: a failure names its step, and runs again the same way.
+      let state = seed
+      const random = () => (state = (Math.imul(state, 1_103_515_245) + 12_345) >>> 0) / 2 ** 32
+      const int = (n: number) => Math.floor(random() * n)
+      // Positions among the members' (i * 10), on one of theirs (a tie, broken by id), or none.
+      const position = () => int(10) === 0 ? 'NULL' : String(int(size * 10 + 100))
+      /** `count` members of org_big picked by a hash of their ids: which depends on the step, not on the order of rows. */
+      const some = (count: number) => `(SELECT id FROM members WHERE organization_id = 'org_big' ORDER BY md5(id || '${int(1e9)}') LIMIT ${count})`
+      const changes = [
+        (step: number) => `INSERT INTO members (organization_id, id, position, email, role)
+          SELECT 'org_big', 'new_${step}_' || i, ${position()}, 'new@big.example', 'org:member' FROM generate_series(1, ${1 + int(30)}) AS i`,
+        () => `DELETE FROM members WHERE organization_id = 'org_big' AND id IN ${some(1 + int(30))}`,
+        () => `UPDATE members SET position = ${position()} WHERE organization_id = 'org_big' AND id IN ${some(1 + int(5))}`,
+        // Blocks' last members nudged without passing another, or removed.
+        () => `UPDATE members SET position = position + 1 WHERE organization_id = 'org_big' AND id = ANY('{${closing().join(',')}}')`,
+        () => `DELETE FROM members WHERE organization_id = 'org_big' AND id = '${closing()[int(closing().length)]!}'`,
+        () => `UPDATE members SET email = 'changed${int(1e6)}@big.example' WHERE organization_id = 'org_big' AND id IN ${some(1 + int(10))}`
+      ]
+      for (let step = 0; step < 100; step++) {
+        await admin.query(changes[int(changes.length)]!(step))
+        // One time in three, the next change comes before this one is read.
+        if (int(3) > 0) await caughtUp(until).catch((error: Error) => { throw new Error(`step ${step}: ${error.message}`) })
+      }
+      await caughtUp(until)
+    }, 120_000)
+
     it('survives PostgreSQL ending its sessions between two queries of a read, and reads again', async () => {
       const { lifecycle, until, warnings } = await follow()
       const { rows: [{ name }] } = await admin.query('SELECT current_database() AS name')
