@@ -238,25 +238,18 @@ CREATE TRIGGER organizations_notify_truncate AFTER TRUNCATE ON organizations
 -- organizations alone, as before.
 CREATE OR REPLACE FUNCTION directory_notify_members() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
+  -- The rows the statement wrote: before, after, or both.
+  touched text := CASE TG_OP WHEN 'INSERT' THEN 'new_rows' WHEN 'DELETE' THEN 'old_rows'
+    ELSE '(SELECT organization_id, position, id FROM old_rows UNION ALL SELECT organization_id, position, id FROM new_rows)' END;
   changed text[];
   named json;
   named_count integer;
   payload text;
 BEGIN
-  IF TG_OP = 'INSERT' THEN
-    SELECT array_agg(DISTINCT organization_id) INTO changed FROM new_rows;
-    SELECT json_agg(json_build_array(organization_id, position::text, id)), count(*) INTO named, named_count
-      FROM (SELECT organization_id, position, id FROM new_rows LIMIT ${MEMBERS_NAMED + 1}) AS named_rows;
-  ELSIF TG_OP = 'DELETE' THEN
-    SELECT array_agg(DISTINCT organization_id) INTO changed FROM old_rows;
-    SELECT json_agg(json_build_array(organization_id, position::text, id)), count(*) INTO named, named_count
-      FROM (SELECT organization_id, position, id FROM old_rows LIMIT ${MEMBERS_NAMED + 1}) AS named_rows;
-  ELSIF TG_OP = 'UPDATE' THEN
-    SELECT array_agg(DISTINCT organization_id) INTO changed
-      FROM (SELECT organization_id FROM old_rows UNION SELECT organization_id FROM new_rows) AS touched;
-    SELECT json_agg(json_build_array(organization_id, position::text, id)), count(*) INTO named, named_count
-      FROM (SELECT organization_id, position, id FROM old_rows
-            UNION ALL SELECT organization_id, position, id FROM new_rows LIMIT ${MEMBERS_NAMED + 1}) AS named_rows;
+  IF TG_OP <> 'TRUNCATE' THEN
+    EXECUTE format('SELECT array_agg(DISTINCT organization_id) FROM %s AS touched', touched) INTO changed;
+    EXECUTE format('SELECT json_agg(json_build_array(organization_id, position::text, id)), count(*)
+      FROM (SELECT organization_id, position, id FROM %s AS touched LIMIT ${MEMBERS_NAMED + 1}) AS named_rows', touched) INTO named, named_count;
   END IF;
   IF TG_OP <> 'TRUNCATE' AND changed IS NULL THEN
     RETURN NULL;
