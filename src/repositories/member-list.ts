@@ -188,16 +188,17 @@ export class MemberListBuilder {
    */
   add (member: Member, text?: Buffer, start = 0, end = text?.length ?? 0) {
     if (this.count === MAX_MEMBERS) throw new DataError(`more than ${MAX_MEMBERS} members in one organization`)
-    const json = text ?? Buffer.from(JSON.stringify(member))
-    if (text === undefined) end = json.length
-    const needed = this.used + (end - start) + 1
-    if (needed > this.scratch.length) {
-      const larger = Buffer.allocUnsafe(Math.max(needed, this.scratch.length * 2))
-      this.scratch.copy(larger, 0, 0, this.used)
-      this.scratch = larger
-    }
+    // Serialized straight into the scratch: a Buffer of its own for each member is garbage a million times over.
+    const json = text === undefined ? JSON.stringify(member) : undefined
+    // A UTF-16 code unit is at most 3 bytes of UTF-8: room enough, before the exact length is known.
+    this.reserve(1 + (json === undefined ? end - start : json.length * 3))
     if (this.ends.length > 0) this.scratch[this.used++] = 0x2c
-    this.used += json.copy(this.scratch, this.used, start, end)
+    if (json === undefined) {
+      this.scratch.set(text!.subarray(start, end), this.used)
+      this.used += end - start
+    } else {
+      this.used += this.scratch.write(json, this.used)
+    }
     this.ends.push(this.used)
     const hash = hashId(member.id)
     if (this.hashes) {
@@ -211,6 +212,15 @@ export class MemberListBuilder {
     this.count++
     this.lastKey = hash
     if ((hash % (BOUNDARY_MASK + 1)) === 0 || this.ends.length === BLOCK_MAX) this.closeBlock(hash)
+  }
+
+  /** Room for `bytes` more bytes in the scratch. */
+  private reserve (bytes: number) {
+    const needed = this.used + bytes
+    if (needed <= this.scratch.length) return
+    const larger = Buffer.allocUnsafe(Math.max(needed, this.scratch.length * 2))
+    larger.set(this.scratch.subarray(0, this.used))
+    this.scratch = larger
   }
 
   /** Whether the last member added closed a block (or none was added yet): the next starts a block. */
@@ -273,7 +283,7 @@ export class MemberListBuilder {
     } else {
       // A copy of its own size (small ones cut from Node.js's shared pool): the scratch is reused.
       const own = Buffer.allocUnsafe(json.length)
-      json.copy(own)
+      own.set(json)
       this.blocks.push({ json: own, ends: endsOf(this.ends), key, digest: hash('sha1', own, 'base64url') })
     }
     this.starts.push(this.count - this.ends.length)

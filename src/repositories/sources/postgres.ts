@@ -6,6 +6,7 @@ import { MemberList, MemberListBuilder, blockIndex, type Block } from '../member
 import { quoteValue } from '../../schemas/describe-error.js'
 import type { Source, SourceEvents } from '../source.js'
 import { readKeyChange, type PartChange, type Snapshot } from '../snapshot.js'
+import { isApiKey } from '../key-table.js'
 import type { ApiKey } from '../../schemas/fixtures.js'
 import type { Member } from '../../schemas/member.js'
 import { CHANNEL, checkSchema } from './postgres-schema.js'
@@ -174,11 +175,15 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
   let index = 0
   const read = async (add: (key: ApiKey) => void) => {
     const query = names === 'all' ? { text: `${columns} ORDER BY name` } : { text: `${columns} WHERE name = ANY($1) ORDER BY name`, values: [names] }
-    for await (const rows of cursorRows<ApiKey>(client, query)) {
-      for (const row of rows) {
-        const problem = recordProblem('keys', row, index++)
-        if (problem !== undefined) locateRow(new DataError(`keys: ${problem}`), 'keys', () => `name ${quoteValue(row.name)}`)
-        add(row)
+    for await (const rows of cursorRows<[string, string, string, string]>(client, query, 'array')) {
+      for (const [name, sha256, kind, organization] of rows) {
+        const key = { name, sha256, kind: kind as ApiKey['kind'], organization_id: organization }
+        if (!isApiKey(key)) {
+          const problem = recordProblem('keys', key, index) ?? `[${index}]: invalid`
+          locateRow(new DataError(`keys: ${problem}`), 'keys', () => `name ${quoteValue(name)}`)
+        }
+        index++
+        add(key)
       }
     }
   }

@@ -269,6 +269,18 @@ describe('following changes', () => {
     expect(await refusal()).toEqual({ part: 'organizations', problem: 'table members, row organization_id "org_beta", id "user_beta_1": email: "a@b.c d" is not an e-mail address' })
   })
 
+  it.each([
+    ['keys_sha256_check', "UPDATE keys SET sha256 = upper(sha256) WHERE name = 'alpha-standard'", 'sha256: is not a lowercase hex SHA-256'],
+    ['keys_kind_check', "UPDATE keys SET kind = 'admin' WHERE name = 'alpha-standard'", 'kind: "admin" is not one of "standard", "management"']
+  ])('names the key row a bad change is in, never its hash (%s dropped)', async (constraint, sql, problem) => {
+    const { app, refusal } = await follow()
+    await admin.query(`ALTER TABLE keys DROP CONSTRAINT ${constraint}`)
+    await admin.query(sql)
+    expect(await refusal()).toEqual({ part: 'keys', problem: `table keys, row name "alpha-standard": ${problem}` })
+    // The key keeps its last good record.
+    expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(200)
+  })
+
   it('reads again only the blocks around the members changed in a large organization, and makes the list a whole read makes', async () => {
     const size = 20_000
     await admin.query("INSERT INTO organizations (id, name) VALUES ('org_big', 'Big')")

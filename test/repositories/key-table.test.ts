@@ -1,0 +1,39 @@
+import { describe, expect, it } from 'vitest'
+import { isApiKey } from '../../src/repositories/key-table.js'
+import { recordProblem } from '../../src/repositories/records.js'
+import { sha256 } from '../helper.js'
+
+describe('isApiKey', () => {
+  const valid = { name: 'key-1', sha256: sha256('key-1'), kind: 'standard', organization_id: 'org_1' }
+  // Each field valid and invalid in each way the schema tells apart.
+  const cases: Array<[string, Record<string, unknown>]> = [
+    ['a valid key', valid],
+    ['a management key', { ...valid, kind: 'management' }],
+    ['a name of one character', { ...valid, name: 'k' }],
+    ['an empty name', { ...valid, name: '' }],
+    ['a name that is no string', { ...valid, name: 1 }],
+    ['a null name', { ...valid, name: null }],
+    ['a hash in capitals', { ...valid, sha256: valid.sha256.toUpperCase() }],
+    ['a hash with one capital', { ...valid, sha256: `A${valid.sha256.slice(1)}` }],
+    ['a hash one digit short', { ...valid, sha256: valid.sha256.slice(1) }],
+    ['a hash one digit long', { ...valid, sha256: `${valid.sha256}0` }],
+    ['a hash with a letter past f', { ...valid, sha256: `${valid.sha256.slice(0, 63)}g` }],
+    ['a hash with a space', { ...valid, sha256: ` ${valid.sha256.slice(1)}` }],
+    ['a hash of 64 non-ASCII letters', { ...valid, sha256: 'é'.repeat(64) }],
+    ['a null hash', { ...valid, sha256: null }],
+    ['a kind that does not exist', { ...valid, kind: 'admin' }],
+    ['a kind in capitals', { ...valid, kind: 'Standard' }],
+    ['a null kind', { ...valid, kind: null }],
+    ['an empty organization', { ...valid, organization_id: '' }],
+    ['a null organization', { ...valid, organization_id: null }]
+  ]
+
+  it.each(cases)('gives the schema\'s verdict on %s', (_case, key) => {
+    expect(isApiKey(key as Parameters<typeof isApiKey>[0])).toBe(recordProblem('keys', key, 0) === undefined)
+  })
+
+  it('tells valid keys from invalid ones (the cases above are not all of one verdict)', () => {
+    expect(cases.filter(([, key]) => isApiKey(key as Parameters<typeof isApiKey>[0])).map(([name]) => name))
+      .toEqual(['a valid key', 'a management key', 'a name of one character'])
+  })
+})
