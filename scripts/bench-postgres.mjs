@@ -52,13 +52,19 @@ export async function startPostgres () {
   }
 }
 
+/** The arguments `npm start` gives node, dist/server.js under `root` last: the benches start the server as it does. */
+export function serverArgs (root) {
+  const start = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).scripts.start.split(' ')
+  return [...start.slice(1, -1), join(root, start.at(-1))]
+}
+
 function rssMb (pid) {
   return Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) / 1024
 }
 
 /** Starts dist/server.js on the database; resolves once it listens (its log says where). */
 function startReplica (root, url, children) {
-  const child = spawn(process.execPath, ['--max-semi-space-size=4', '--no-concurrent-recompilation', join(root, 'dist/server.js')], {
+  const child = spawn(process.execPath, serverArgs(root), {
     // The polling below sends thousands of requests a minute with one key: no limit in the way.
     env: { PATH: process.env.PATH, PORT: '0', DATABASE_URL: url, RATE_LIMIT_PER_MINUTE: '1000000000', RATE_LIMIT_ANONYMOUS_PER_MINUTE: '1000000000' },
     stdio: ['ignore', 'pipe', 'pipe']

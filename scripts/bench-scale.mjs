@@ -18,7 +18,7 @@ import { rename, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { startPostgres } from './bench-postgres.mjs'
+import { serverArgs, startPostgres } from './bench-postgres.mjs'
 
 const sha256 = (text) => createHash('sha256').update(text).digest('hex')
 const fmt = (n, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits })
@@ -53,7 +53,7 @@ async function status (url, key) {
 /** Starts dist/server.js as `npm start` does; its output goes to a file, read by nobody (as a log collector that keeps up). */
 function startServer (root, env, work, name) {
   const started = performance.now()
-  const child = spawn(process.execPath, ['--max-semi-space-size=4', '--no-concurrent-recompilation', join(root, 'dist/server.js')], {
+  const child = spawn(process.execPath, serverArgs(root), {
     env: { PATH: process.env.PATH, LOG_LEVEL: 'info', RATE_LIMIT_PER_MINUTE: '1000000000', RATE_LIMIT_ANONYMOUS_PER_MINUTE: '1000000000', ...env },
     stdio: ['ignore', openSync(join(work, `${name}.log`), 'w'), openSync(join(work, `${name}.err`), 'w')]
   })

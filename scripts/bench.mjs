@@ -24,7 +24,7 @@ import { cpus, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
-import { benchPostgres } from './bench-postgres.mjs'
+import { benchPostgres, serverArgs } from './bench-postgres.mjs'
 import { benchScale } from './bench-scale.mjs'
 
 const execFileAsync = promisify(execFile)
@@ -36,8 +36,6 @@ const OUTPUT = process.env.BENCH_OUTPUT ?? 'BENCHMARKS.md'
 // BENCH_SCALE=0 leaves out the gateway-scale section (scripts/bench-scale.mjs), a quarter of an hour.
 const SCALE = process.env.BENCH_SCALE !== '0'
 const ROOT = new URL('..', import.meta.url).pathname
-// The service starts as `npm start` and the image's CMD do (a test holds those two equal).
-const START = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts.start.split(' ')
 const BASELINE = join(ROOT, 'scripts/bench-baseline.mjs')
 // Fastify alone (one route, no hook), answering the same bytes: what the framework costs by itself.
 const FASTIFY_ALONE = join(ROOT, 'scripts/bench-fastify.mjs')
@@ -118,14 +116,14 @@ function rssMb (pid) {
 }
 
 /**
- * Starts the service as `npm start` and the container do (START), its stdout a pipe that this
+ * Starts the service as `npm start` and the container do (serverArgs), its stdout a pipe that this
  * process copies to a file, as a container runtime takes a container's log; times the first 200.
  */
 async function startService (name, fixturesDir, key, settings = {}, without = undefined, modules = false) {
   const port = nextPort++
   const log = createWriteStream(join(work, `${name}.log`))
   const started = performance.now()
-  const args = START.slice(1)
+  const args = serverArgs(ROOT)
   if (modules) {
     args.splice(-1, 1, join(MODULES, 'server.js'))
     // The bundled fixtures are found relative to dist/, which MODULES is not.

@@ -11,7 +11,7 @@ const WINDOW_BYTES = 1024 * 1024
 /**
  * Members are parsed this many bytes at a time: one JSON.parse a batch, small enough to die young.
  * A batch's objects are alive while it is validated and compacted, so a young-generation collection
- * (every 4 MB allocated: --max-semi-space-size=4) copies them; 64 KiB batches copy a quarter of what
+ * (every few MB allocated: --max-semi-space-size in `npm start`) copies them; 64 KiB batches copy a quarter of what
  * 256 KiB did, and started 1,000,000 members in 1.4 s instead of 1.7 s (one core, 3 starts each).
  */
 const BATCH_BYTES = 64 * 1024
