@@ -8,7 +8,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { BUNDLED_FIXTURES_DIR } from '../../src/config.js'
 import { FIXTURE_FILES } from '../../src/repositories/sources/files.js'
 import type { DirectoryData } from '../../src/repositories/records.js'
-import { makeData, makeProvider } from '../helper.js'
+import { makeData, makeMembers, makeProvider } from '../helper.js'
 import { startPostgres, type PostgresServer } from '../postgres.js'
 
 const run = promisify(execFile)
@@ -114,6 +114,17 @@ describe('npm run db -- import and export', () => {
     await db(url, 'export', '--fixtures-dir', out)
     // (As JSON: the members are held compacted, and written as the array they were read from.)
     expect(await readData(out)).toStrictEqual(JSON.parse(JSON.stringify(data)))
+  })
+
+  it('round-trips an organization of more members than one statement takes, between two others', async () => {
+    const data = makeData()
+    const large = { id: 'org_large', name: 'Large', members: makeMembers('large', 20_005) }
+    const organizations = [data.organizations[0]!, large, data.organizations[1]!]
+    await writeData(dir, { ...data, organizations })
+    expect((await db(url, 'import', '--fixtures-dir', dir)).stderr).toContain('3 organizations with 20258 members')
+    const out = join(dir, 'out')
+    await db(url, 'export', '--fixtures-dir', out)
+    expect((await readData(out)).organizations).toStrictEqual(JSON.parse(JSON.stringify(organizations)))
   })
 
   it('round-trips the bundled fixtures byte for byte in every field order', async () => {
