@@ -18,16 +18,19 @@ function readProbe (sha256: string): boolean {
 }
 
 /**
- * Whether these fields pass ApiKeySchema: its verdict, written out for the million rows of a whole
- * read from PostgreSQL, where the schema's pattern took longer than the rest of a row's reading. The
- * shape is the caller's (an object of these four fields); a test holds the two verdicts equal.
+ * Whether `value` passes ApiKeySchema: its verdict, written out because a million keys are checked
+ * at each whole read (a start, a change to keys.json), and the schema's pattern took longer than the
+ * rest of a key's reading. recordProblem uses it; a test holds the two verdicts equal.
  */
-export function isApiKey (key: { readonly [field in keyof ApiKey]: unknown }): boolean {
-  const { name, sha256, kind, organization_id: organization } = key
+export function isApiKey (value: unknown): boolean {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false
+  const { name, sha256, kind, organization_id: organization } = value as Record<string, unknown>
   return typeof name === 'string' && name.length > 0 && typeof organization === 'string' && organization.length > 0 &&
     (KEY_KINDS as readonly unknown[]).includes(kind) &&
     // Hex decoding takes capitals too, which the pattern does not.
-    typeof sha256 === 'string' && readProbe(sha256) && sha256.toLowerCase() === sha256
+    typeof sha256 === 'string' && readProbe(sha256) && sha256.toLowerCase() === sha256 &&
+    // Those four and no other field.
+    Object.getOwnPropertyNames(value).length === 4
 }
 
 function nameHash (name: string): number {

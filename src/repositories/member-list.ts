@@ -193,12 +193,7 @@ export class MemberListBuilder {
     // A UTF-16 code unit is at most 3 bytes of UTF-8: room enough, before the exact length is known.
     this.reserve(1 + (json === undefined ? end - start : json.length * 3))
     if (this.ends.length > 0) this.scratch[this.used++] = 0x2c
-    if (json === undefined) {
-      this.scratch.set(text!.subarray(start, end), this.used)
-      this.used += end - start
-    } else {
-      this.used += this.scratch.write(json, this.used)
-    }
+    this.used += json === undefined ? text!.copy(this.scratch, this.used, start, end) : this.scratch.write(json, this.used)
     this.ends.push(this.used)
     const hash = hashId(member.id)
     if (this.hashes) {

@@ -7,6 +7,7 @@ import { OrganizationSchema, ApiKeySchema } from '../schemas/fixtures.js'
 import { MemberSchema, type Member } from '../schemas/member.js'
 import { MemberListBuilder, type Block, type MemberList } from './member-list.js'
 import { DataError } from './data-error.js'
+import { isApiKey } from './key-table.js'
 
 export { DataError }
 
@@ -65,10 +66,16 @@ export function validateRecords<K extends RecordKind> (kind: K, value: unknown, 
   return value as Records<K>
 }
 
+/**
+ * Verdicts of a kind's schema written out where the compiled check was measured to cost too much
+ * for a million records; the schema still says what is wrong. A test holds each equal to its schema.
+ */
+const fastChecks: { readonly [K in RecordKind]?: (value: unknown) => boolean } = { keys: isApiKey }
+
 /** What is wrong with record `index` of a kind (`[5].field: problem`); undefined when it is valid. */
 export function recordProblem (kind: RecordKind, value: unknown, index: number): string | undefined {
   const checker = recordCheckers[kind]
-  if (checker.Check(value)) return undefined
+  if (fastChecks[kind]?.(value) ?? checker.Check(value)) return undefined
   return locate(`[${index}]`, checker.Errors(value).First())
 }
 

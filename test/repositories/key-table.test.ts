@@ -1,12 +1,15 @@
 import { describe, expect, it } from 'vitest'
+import { Value } from '@sinclair/typebox/value'
 import { isApiKey } from '../../src/repositories/key-table.js'
 import { recordProblem } from '../../src/repositories/records.js'
+import { ApiKeySchema } from '../../src/schemas/fixtures.js'
 import { sha256 } from '../helper.js'
 
 describe('isApiKey', () => {
   const valid = { name: 'key-1', sha256: sha256('key-1'), kind: 'standard', organization_id: 'org_1' }
   // Each field valid and invalid in each way the schema tells apart.
-  const cases: Array<[string, Record<string, unknown>]> = [
+  const { organization_id: _, ...withoutOrganization } = valid
+  const cases: Array<[string, unknown]> = [
     ['a valid key', valid],
     ['a management key', { ...valid, kind: 'management' }],
     ['a name of one character', { ...valid, name: 'k' }],
@@ -25,15 +28,25 @@ describe('isApiKey', () => {
     ['a kind in capitals', { ...valid, kind: 'Standard' }],
     ['a null kind', { ...valid, kind: null }],
     ['an empty organization', { ...valid, organization_id: '' }],
-    ['a null organization', { ...valid, organization_id: null }]
+    ['a null organization', { ...valid, organization_id: null }],
+    ['a field more', { ...valid, owner: 'x' }],
+    ['a field missing', withoutOrganization],
+    ['an array', [valid.name, valid.sha256, valid.kind, valid.organization_id]],
+    ['null', null],
+    ['a string', valid.name]
   ]
 
   it.each(cases)('gives the schema\'s verdict on %s', (_case, key) => {
-    expect(isApiKey(key as Parameters<typeof isApiKey>[0])).toBe(recordProblem('keys', key, 0) === undefined)
+    expect(isApiKey(key)).toBe(Value.Check(ApiKeySchema, key))
+  })
+
+  it('leaves the message to the schema', () => {
+    expect(recordProblem('keys', { ...valid, kind: 'admin' }, 3)).toBe('[3].kind: "admin" is not one of "standard", "management"')
+    expect(recordProblem('keys', { ...valid, owner: 'x' }, 3)).toMatch(/^\[3\]\.owner: /)
   })
 
   it('tells valid keys from invalid ones (the cases above are not all of one verdict)', () => {
-    expect(cases.filter(([, key]) => isApiKey(key as Parameters<typeof isApiKey>[0])).map(([name]) => name))
+    expect(cases.filter(([, key]) => isApiKey(key)).map(([name]) => name))
       .toEqual(['a valid key', 'a management key', 'a name of one character'])
   })
 })

@@ -6,7 +6,6 @@ import { MemberList, MemberListBuilder, blockIndex, type Block } from '../member
 import { quoteValue } from '../../schemas/describe-error.js'
 import type { Source, SourceEvents } from '../source.js'
 import { readKeyChange, type PartChange, type Snapshot } from '../snapshot.js'
-import { isApiKey } from '../key-table.js'
 import type { ApiKey } from '../../schemas/fixtures.js'
 import type { Member } from '../../schemas/member.js'
 import { CHANNEL, checkSchema } from './postgres-schema.js'
@@ -178,11 +177,8 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
     for await (const rows of cursorRows<[string, string, string, string]>(client, query, 'array')) {
       for (const [name, sha256, kind, organization] of rows) {
         const key = { name, sha256, kind: kind as ApiKey['kind'], organization_id: organization }
-        if (!isApiKey(key)) {
-          const problem = recordProblem('keys', key, index) ?? `[${index}]: invalid`
-          locateRow(new DataError(`keys: ${problem}`), 'keys', () => `name ${quoteValue(name)}`)
-        }
-        index++
+        const problem = recordProblem('keys', key, index++)
+        if (problem !== undefined) locateRow(new DataError(`keys: ${problem}`), 'keys', () => `name ${quoteValue(name)}`)
         add(key)
       }
     }
