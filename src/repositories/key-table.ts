@@ -71,8 +71,10 @@ export interface MapLike<K, V> {
 
 /**
  * A million keys held compactly: columns of typed arrays (the SHA-256 as 32 bytes, the kind as one,
- * the organization as an index into its ids) and two open-addressed indexes (by name, by SHA-256)
- * of 4 bytes a slot, instead of a million objects and two Maps. A key is made into an ApiKey object
+ * the organization as an index into its ids, the names in one buffer of UTF-8) and two open-addressed
+ * indexes (by name, by SHA-256) of 4 bytes a slot, instead of a million objects and two Maps. The
+ * names are bytes rather than strings so that the garbage collector has a million objects fewer to
+ * copy at a load and to mark at every full collection. A key is made into an ApiKey object
  * only when it is asked for. Immutable once built (KeyTableBuilder): changes go in a LayeredMap's
  * overlay above it, and a compaction builds a new table.
  */
@@ -85,8 +87,11 @@ export class KeyTable {
     readonly size: number,
     /** The sum of the keys' hashes modulo 2^52 (the snapshot's fingerprint). */
     readonly sum: number,
-    // The columns, row by row (read by KeyTableBuilder.copy).
-    readonly names: readonly string[],
+    // The columns, row by row (read by KeyTableBuilder.copy). Row n's name is nameBytes from
+    // nameEnds[n - 1] (0 for row 0) to nameEnds[n].
+    readonly nameBytes: Buffer,
+    readonly nameEnds: Uint32Array,
+    readonly nameHashes: Uint32Array,
     readonly shas: Uint32Array,
     readonly kinds: Uint8Array,
     readonly organizations: Uint32Array,
@@ -94,7 +99,7 @@ export class KeyTable {
     private readonly nameSlots: Int32Array,
     private readonly shaSlots: Int32Array
   ) {
-    this.byName = this.view((name) => this.rowOfName(name), (row) => this.names[row]!)
+    this.byName = this.view((name) => this.rowOfName(name), (row) => this.nameOf(row))
     this.bySha = this.view((sha256) => this.rowOfSha(sha256), (row) => this.shaOf(row))
   }
 
@@ -105,12 +110,12 @@ export class KeyTable {
   }
 
   nameOf (row: number): string {
-    return this.names[row]!
+    return this.nameBytes.toString('utf8', nameStart(this.nameEnds, row), this.nameEnds[row])
   }
 
   key (row: number): ApiKey {
     return {
-      name: this.names[row]!,
+      name: this.nameOf(row),
       sha256: this.shaOf(row),
       kind: KEY_KINDS[this.kinds[row]!]!,
       organization_id: this.organizationIds[this.organizations[row]!]!
@@ -124,11 +129,12 @@ export class KeyTable {
 
   /** The row of the key of this name, or -1. */
   rowOfName (name: string): number {
+    const hash = nameHash(name)
     const mask = this.nameSlots.length - 1
-    for (let slot = nameHash(name) & mask; ; slot = (slot + 1) & mask) {
+    for (let slot = hash & mask; ; slot = (slot + 1) & mask) {
       const entry = this.nameSlots[slot]!
       if (entry === 0) return -1
-      if (this.names[entry - 1] === name) return entry - 1
+      if (this.nameHashes[entry - 1] === hash && nameIs(this.nameBytes, this.nameEnds, entry - 1, name)) return entry - 1
     }
   }
 
@@ -187,7 +193,8 @@ export class KeyTable {
 export class KeyTableBuilder {
   private size = 0
   private sum = 0
-  private readonly names: string[] = []
+  private nameBytes: Buffer
+  private nameEnds: Uint32Array
   private shas: Uint32Array
   private kinds: Uint8Array
   private organizations: Uint32Array
@@ -201,6 +208,9 @@ export class KeyTableBuilder {
   /** `where` names the file or table in messages; `expected` sizes the arrays (they grow past it). */
   constructor (private readonly where: string, expected = 1024) {
     const capacity = Math.max(16, expected)
+    // Names of some ten to twenty bytes; the buffer grows past it.
+    this.nameBytes = Buffer.allocUnsafeSlow(capacity * 16)
+    this.nameEnds = new Uint32Array(capacity)
     this.shas = new Uint32Array(capacity * SHA_WORDS)
     this.kinds = new Uint8Array(capacity)
     this.organizations = new Uint32Array(capacity)
@@ -214,21 +224,36 @@ export class KeyTableBuilder {
     if (!readProbe(key.sha256)) throw new DataError(`${this.where}: [${this.size}].sha256: not 64 hex digits`)
     const row = this.reserve()
     this.shas.set(probe, row * SHA_WORDS)
-    this.fill(row, key.name, KEY_KINDS.indexOf(key.kind), key.organization_id)
+    const start = nameStart(this.nameEnds, row)
+    if (this.nameBytes.length - start < key.name.length * 3) this.nameBytes = widenBuffer(this.nameBytes, start + key.name.length * 3)
+    const end = start + this.nameBytes.write(key.name, start, 'utf8')
+    // UTF-8 holds no lone surrogate: such a name would come back as another one.
+    if (end - start !== key.name.length && !key.name.isWellFormed()) throw new DataError(`${this.where}: [${this.size}].name: not well-formed Unicode (a lone surrogate)`)
+    this.nameEnds[row] = end
+    this.fill(row, key.name, nameHash(key.name), KEY_KINDS.indexOf(key.kind), key.organization_id)
   }
 
   /** Adds row `row` of `table` as the next row. */
   copy (table: KeyTable, row: number) {
     const next = this.reserve()
     this.shas.set(table.shas.subarray(row * SHA_WORDS, (row + 1) * SHA_WORDS), next * SHA_WORDS)
-    this.fill(next, table.names[row]!, table.kinds[row]!, table.organizationIds[table.organizations[row]!]!)
+    const from = nameStart(table.nameEnds, row)
+    const length = table.nameEnds[row]! - from
+    const start = nameStart(this.nameEnds, next)
+    if (this.nameBytes.length - start < length) this.nameBytes = widenBuffer(this.nameBytes, start + length)
+    table.nameBytes.copy(this.nameBytes, start, from, from + length)
+    this.nameEnds[next] = start + length
+    this.fill(next, undefined, table.nameHashes[row]!, table.kinds[row]!, table.organizationIds[table.organizations[row]!]!)
   }
 
   finish (): KeyTable {
     const size = this.size
     // Sized for more rows than came (the table this one replaces was larger): indexes of the right size.
     if (slotsFor(size) * 2 <= this.nameSlots.length) this.index(slotsFor(size))
-    return new KeyTable(size, this.sum, this.names, this.shas.slice(0, size * SHA_WORDS), this.kinds.slice(0, size),
+    const nameBytes = Buffer.allocUnsafeSlow(nameStart(this.nameEnds, size))
+    this.nameBytes.copy(nameBytes, 0, 0, nameBytes.length)
+    return new KeyTable(size, this.sum, nameBytes, this.nameEnds.slice(0, size), this.nameHashes.slice(0, size),
+      this.shas.slice(0, size * SHA_WORDS), this.kinds.slice(0, size),
       this.organizations.slice(0, size), this.organizationIds, this.nameSlots, this.shaSlots)
   }
 
@@ -237,19 +262,21 @@ export class KeyTableBuilder {
     return this.size
   }
 
-  private fill (row: number, name: string, kind: number, organization: string) {
+  /** Row `row`'s columns, its name's bytes written already (`name` is its text when at hand, for messages). */
+  private fill (row: number, name: string | undefined, hash: number, kind: number, organization: string) {
     let index = this.organizationIndex.get(organization)
     if (index === undefined) {
       index = this.organizationIds.push(organization) - 1
       this.organizationIndex.set(organization, index)
       this.organizationHashes.push(nameHash(organization))
     }
-    const hash = nameHash(name)
     const names = this.nameSlots
     let mask = names.length - 1
     let nameSlot = hash & mask
     for (let entry = names[nameSlot]!; entry !== 0; entry = names[nameSlot]!) {
-      if (this.names[entry - 1] === name) this.duplicate('name', name, entry - 1)
+      if (this.nameHashes[entry - 1] === hash && sameName(this.nameBytes, this.nameEnds, row, entry - 1)) {
+        this.duplicate('name', name ?? this.nameBytes.toString('utf8', nameStart(this.nameEnds, row), this.nameEnds[row]), entry - 1)
+      }
       nameSlot = (nameSlot + 1) & mask
     }
     const shas = this.shaSlots
@@ -262,7 +289,6 @@ export class KeyTableBuilder {
     }
     names[nameSlot] = row + 1
     shas[shaSlot] = row + 1
-    this.names.push(name)
     this.nameHashes[row] = hash
     this.kinds[row] = kind
     this.organizations[row] = index
@@ -288,6 +314,7 @@ export class KeyTableBuilder {
       wider.set(array)
       return wider
     }
+    this.nameEnds = widen(this.nameEnds, capacity)
     this.shas = widen(this.shas, capacity * SHA_WORDS)
     this.kinds = widen(this.kinds, capacity)
     this.organizations = widen(this.organizations, capacity)
@@ -309,6 +336,43 @@ export class KeyTableBuilder {
       this.shaSlots[slot] = row + 1
     }
   }
+}
+
+/** Where row `row`'s name starts in a table's name bytes. */
+function nameStart (ends: Uint32Array, row: number): number {
+  return row === 0 ? 0 : ends[row - 1]!
+}
+
+/** Whether row `row`'s name is `name`: compared byte to character while both are ASCII, without encoding `name`. */
+function nameIs (bytes: Buffer, ends: Uint32Array, row: number, name: string): boolean {
+  const start = nameStart(ends, row)
+  const length = ends[row]! - start
+  // UTF-8 takes at least one byte for each UTF-16 unit, and exactly one only for ASCII.
+  if (length < name.length) return false
+  if (length === name.length) {
+    let i = 0
+    for (; i < length; i++) {
+      const byte = bytes[start + i]!
+      if (byte >= 0x80) break
+      if (byte !== name.charCodeAt(i)) return false
+    }
+    if (i === length) return true
+  }
+  return bytes.toString('utf8', start, start + length) === name
+}
+
+/** Whether rows `a` and `b` have the same name. */
+function sameName (bytes: Buffer, ends: Uint32Array, a: number, b: number): boolean {
+  const startA = nameStart(ends, a)
+  const startB = nameStart(ends, b)
+  return bytes.compare(bytes, startB, ends[b], startA, ends[a]) === 0
+}
+
+/** A copy of `buffer` with room for at least `length` bytes (twice its size, or more). */
+function widenBuffer (buffer: Buffer, length: number): Buffer {
+  const wider = Buffer.allocUnsafeSlow(Math.max(length, buffer.length * 2))
+  buffer.copy(wider)
+  return wider
 }
 
 /** Slots for `rows` rows: a power of two, at most half full. */

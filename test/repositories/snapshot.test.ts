@@ -87,6 +87,27 @@ describe('keys changed in a snapshot', () => {
     await expect(changed(before, next)).rejects.toThrow(message)
   })
 
+  it('finds, changes and refuses keys by names outside ASCII as by any other', async () => {
+    const names = ['clé-1', 'ключ-2', '🔑-3', 'key-4', 'Straße-5', 'ke-6', 'kè-7']
+    const before = await fresh(names.map((name, i) => key(i, { name })))
+    expect(before.findKey(sha256('k1'))?.name).toBe('ключ-2')
+    expect(before.findKey(sha256('k2'))?.name).toBe('🔑-3')
+    // A name of the same length in UTF-16 as another, one byte apart in UTF-8, is another name.
+    const next = names.filter((name) => name !== '🔑-3').map((name) => key(names.indexOf(name), { name }))
+    next.push(key(50, { name: '🔑-3b' }), key(51, { name: 'ké-6' }))
+    const after = await changed(before, next)
+    expect(after.findKey(sha256('k2'))).toBeUndefined()
+    expect(after.findKey(sha256('k51'))?.name).toBe('ké-6')
+    expect(after.findKey(sha256('k5'))?.name).toBe('ke-6')
+    expect(after.fingerprint).toBe((await fresh(next)).fingerprint)
+    await expect(changed(before, [...next, key(60, { name: 'clé-1' })])).rejects.toThrow('keys: [8].name: "clé-1" duplicates [0].name')
+    await expect(fresh([key(0, { name: '🔑' }), key(1, { name: '🔑' })])).rejects.toThrow('keys: [1].name: "🔑" duplicates [0].name')
+  })
+
+  it('refuses a name with a lone surrogate, which UTF-8 cannot hold', async () => {
+    await expect(fresh([key(0), key(1, { name: 'key-\ud800' })])).rejects.toThrow('keys: [1].name: not well-formed Unicode (a lone surrogate)')
+  })
+
   it('accepts a hash moved from one key to another in the same change', async () => {
     const before = await fresh(keys(100))
     const next = keys(100)
@@ -98,14 +119,16 @@ describe('keys changed in a snapshot', () => {
   })
 
   it('folds a grown overlay into a new table off to the side, and moves later changes onto it', async () => {
-    let snapshot = await fresh(keys(1000))
-    const expected = keys(1000)
+    // Names outside ASCII in the table folded: its rows are copied as bytes.
+    const base = keys(1000).map((k) => ({ ...k, name: k.name.replace('key', 'clé') }))
+    let snapshot = await fresh(base)
+    const expected = [...base]
     // More changes than the overlay holds before it is folded (4,096), one named key at a time.
     for (let i = 0; i < 4200; i++) {
       const next = key(10_000 + i)
       expected.push(next)
-      snapshot = snapshot.withPart('keys', await applyChange(snapshot.parts.keys, { kind: 'keys', upsert: [next], remove: [`key-${i % 1000}`] }), snapshot.version + 1)
-      if (i < 1000) expected.splice(expected.findIndex((k) => k.name === `key-${i}`), 1)
+      snapshot = snapshot.withPart('keys', await applyChange(snapshot.parts.keys, { kind: 'keys', upsert: [next], remove: [`clé-${i % 500}`] }), snapshot.version + 1)
+      if (i < 500) expected.splice(expected.findIndex((k) => k.name === `clé-${i}`), 1)
     }
     const from = snapshot.parts.keys
     const compacted = (await compactPart<'keys'>(from))!
@@ -119,6 +142,7 @@ describe('keys changed in a snapshot', () => {
     expect(served.fingerprint).toBe((await fresh(final)).fingerprint)
     expect(recordsOf(served).keys).toEqual(recordsOf(await fresh(final)).keys)
     expect(served.findKey(sha256('k10000'))).toBeUndefined()
+    expect(served.findKey(sha256('k999'))?.name).toBe('clé-999')
     expect(served.findKey(sha256('k99999'))).toEqual(key(99_999))
   })
 })
