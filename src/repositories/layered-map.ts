@@ -4,15 +4,19 @@ import type { MapLike } from './key-table.js'
 const REMOVED: unique symbol = Symbol('removed')
 type Entry<V> = V | typeof REMOVED
 
-/** Past this many changes (and an eighth of the base), the changes are folded into a new base. */
-const OVERLAY_MIN = 4096
+/**
+ * Past this many changes the overlay is folded into a new base, whatever the size of the base: a
+ * change copies the overlay, so a bound that grew with the base (it was an eighth of it) made a
+ * change among a million keys cost in proportion to the million.
+ */
+const OVERLAY_MAX = 4096
 
 /**
  * An immutable map made for a large set that changes a little at a time (a million keys, a hundred
  * thousand organizations): a large base that is never written, and a small overlay of the changes
  * since (values, or tombstones for removals). A change copies the overlay, not the base, so it costs
  * what the overlay holds, and every earlier version stays as it was for the requests that read it.
- * Once the overlay grows past a fraction of the base, `compacted()` builds a new base off the
+ * Once the overlay grows past OVERLAY_MAX, `compacted()` builds a new base off the
  * request path, a slice at a time, and `rebase()` moves a later version onto it.
  */
 export class LayeredMap<K, V> {
@@ -66,7 +70,7 @@ export class LayeredMap<K, V> {
 
   /** Whether the overlay has grown enough to be folded into the base. */
   get overgrown (): boolean {
-    return this.overlay.size > Math.max(OVERLAY_MIN, this.base.size / 8)
+    return this.overlay.size > OVERLAY_MAX
   }
 
   /** The same entries over a base of their own, built a slice at a time so that requests go on meanwhile. */
