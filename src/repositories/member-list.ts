@@ -17,15 +17,15 @@ export interface Block {
   readonly digest: string
 }
 
-/** A block ends after a member whose id hash has these bits clear: about 1,024 members a block. */
-const BOUNDARY_MASK = 1023
+/** A block ends after a member whose id hash has these bits clear: about 256 members a block. */
+const BOUNDARY_MASK = 255
 /** At most this many members a block, whatever the ids. */
 const BLOCK_MAX = 8192
 const COMMA = Buffer.from(',')
 
 /**
  * The members of an organization as the snapshot holds them: serialized, in blocks (above), not as
- * objects. A million members are some 1,000 buffers (130 MB for 130 MB of JSON) instead of a million
+ * objects. A million members are some 4,000 buffers (130 MB for 130 MB of JSON) instead of a million
  * objects and their five strings each (twice that, and a long walk for the garbage collector); a
  * page is a slice of them, and a snapshot that changed a few members shares every other block with
  * the one before. Member objects are made only on demand (an export, a test).
@@ -206,7 +206,7 @@ export class MemberListBuilder {
     }
     this.count++
     this.lastKey = hash
-    if ((hash % (BOUNDARY_MASK + 1)) === 0 || this.ends.length === BLOCK_MAX) this.closeBlock(hash)
+    if (closesBlock(hash) || this.ends.length === BLOCK_MAX) this.closeBlock(hash)
   }
 
   /** Room for `bytes` more bytes in the scratch. */
@@ -285,6 +285,11 @@ export class MemberListBuilder {
     this.used = 0
     this.ends = []
   }
+}
+
+/** Whether a member whose id has this hash (hashId) ends a block. */
+export function closesBlock (hash: number): boolean {
+  return hash % (BOUNDARY_MASK + 1) === 0
 }
 
 /** Two 32-bit FNV-1a-style hashes of the UTF-16 code units, as one 53-bit integer. */
