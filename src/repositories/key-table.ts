@@ -110,7 +110,7 @@ export class KeyTable {
   }
 
   nameOf (row: number): string {
-    return this.nameBytes.toString('utf8', nameStart(this.nameEnds, row), this.nameEnds[row])
+    return nameText(this.nameBytes, this.nameEnds, row)
   }
 
   key (row: number): ApiKey {
@@ -224,8 +224,8 @@ export class KeyTableBuilder {
     if (!readProbe(key.sha256)) throw new DataError(`${this.where}: [${this.size}].sha256: not 64 hex digits`)
     const row = this.reserve()
     this.shas.set(probe, row * SHA_WORDS)
-    const start = nameStart(this.nameEnds, row)
-    if (this.nameBytes.length - start < key.name.length * 3) this.nameBytes = widenBuffer(this.nameBytes, start + key.name.length * 3)
+    // A UTF-16 code unit is at most 3 bytes of UTF-8.
+    const start = this.nameRoom(row, key.name.length * 3)
     const end = start + this.nameBytes.write(key.name, start, 'utf8')
     // UTF-8 holds no lone surrogate: such a name would come back as another one.
     if (end - start !== key.name.length && !key.name.isWellFormed()) throw new DataError(`${this.where}: [${this.size}].name: not well-formed Unicode (a lone surrogate)`)
@@ -239,8 +239,7 @@ export class KeyTableBuilder {
     this.shas.set(table.shas.subarray(row * SHA_WORDS, (row + 1) * SHA_WORDS), next * SHA_WORDS)
     const from = nameStart(table.nameEnds, row)
     const length = table.nameEnds[row]! - from
-    const start = nameStart(this.nameEnds, next)
-    if (this.nameBytes.length - start < length) this.nameBytes = widenBuffer(this.nameBytes, start + length)
+    const start = this.nameRoom(next, length)
     table.nameBytes.copy(this.nameBytes, start, from, from + length)
     this.nameEnds[next] = start + length
     this.fill(next, undefined, table.nameHashes[row]!, table.kinds[row]!, table.organizationIds[table.organizations[row]!]!)
@@ -255,6 +254,17 @@ export class KeyTableBuilder {
     return new KeyTable(size, this.sum, nameBytes, this.nameEnds.slice(0, size), this.nameHashes.slice(0, size),
       this.shas.slice(0, size * SHA_WORDS), this.kinds.slice(0, size),
       this.organizations.slice(0, size), this.organizationIds, this.nameSlots, this.shaSlots)
+  }
+
+  /** Where row `row`'s name starts, with room for `bytes` bytes after it (the buffer doubled, or more, when short). */
+  private nameRoom (row: number, bytes: number): number {
+    const start = nameStart(this.nameEnds, row)
+    if (this.nameBytes.length - start < bytes) {
+      const wider = Buffer.allocUnsafeSlow(Math.max(start + bytes, this.nameBytes.length * 2))
+      this.nameBytes.copy(wider, 0, 0, start)
+      this.nameBytes = wider
+    }
+    return start
   }
 
   private reserve (): number {
@@ -275,7 +285,7 @@ export class KeyTableBuilder {
     let nameSlot = hash & mask
     for (let entry = names[nameSlot]!; entry !== 0; entry = names[nameSlot]!) {
       if (this.nameHashes[entry - 1] === hash && sameName(this.nameBytes, this.nameEnds, row, entry - 1)) {
-        this.duplicate('name', name ?? this.nameBytes.toString('utf8', nameStart(this.nameEnds, row), this.nameEnds[row]), entry - 1)
+        this.duplicate('name', name ?? nameText(this.nameBytes, this.nameEnds, row), entry - 1)
       }
       nameSlot = (nameSlot + 1) & mask
     }
@@ -358,7 +368,12 @@ function nameIs (bytes: Buffer, ends: Uint32Array, row: number, name: string): b
     }
     if (i === length) return true
   }
-  return bytes.toString('utf8', start, start + length) === name
+  return nameText(bytes, ends, row) === name
+}
+
+/** Row `row`'s name as text. */
+function nameText (bytes: Buffer, ends: Uint32Array, row: number): string {
+  return bytes.toString('utf8', nameStart(ends, row), ends[row])
 }
 
 /** Whether rows `a` and `b` have the same name. */
@@ -366,13 +381,6 @@ function sameName (bytes: Buffer, ends: Uint32Array, a: number, b: number): bool
   const startA = nameStart(ends, a)
   const startB = nameStart(ends, b)
   return bytes.compare(bytes, startB, ends[b], startA, ends[a]) === 0
-}
-
-/** A copy of `buffer` with room for at least `length` bytes (twice its size, or more). */
-function widenBuffer (buffer: Buffer, length: number): Buffer {
-  const wider = Buffer.allocUnsafeSlow(Math.max(length, buffer.length * 2))
-  buffer.copy(wider)
-  return wider
 }
 
 /** Slots for `rows` rows: a power of two, at most half full. */

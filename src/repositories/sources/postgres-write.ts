@@ -33,6 +33,7 @@ async function insertRows (client: pg.ClientBase, table: string, columns: string
  */
 function * memberRows (organizations: DirectoryData['organizations']) {
   for (const { id, members } of organizations) {
+    // A MemberList makes member objects on demand: a batch of them at a time.
     for (let start = 0; start < members.length; start += BATCH) {
       const chunk = members.slice(start, start + BATCH)
       for (let k = 0; k < chunk.length; k++) yield { ...chunk[k], organization_id: id, position: start + k }
