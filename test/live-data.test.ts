@@ -50,14 +50,18 @@ describe('data that changes while the server runs (files)', () => {
     expect(await logLine('change installed')).toMatchObject({ change: 'keys: all read again', records: { keys: 3 } })
   })
 
-  it('refuses a bad change with one log line naming file, record and field, and keeps serving the data it has', async () => {
+  it.each([
+    ['a kind that does not exist', { kind: 'admin' }, '[4].kind: "admin" is not one of "standard", "management"'],
+    // Held as UTF-8, it would come back as another name: refused on a change as at a start.
+    ['a name with a lone surrogate', { name: 'typo\ud800' }, '[4].name: "typo\\ud800" is not well-formed Unicode (a lone surrogate)']
+  ])('refuses a bad change (%s) with one log line naming file, record and field, and keeps serving the data it has', async (_case, spoil, problem) => {
     await writeData(makeData())
     server = await startServer({ FIXTURES_DIR: dir })
-    await replaceFile('keys.json', [...makeData().keys, { name: 'typo', sha256: sha256('new'), kind: 'admin', organization_id: 'org_alpha' }])
+    await replaceFile('keys.json', [...makeData().keys, { name: 'typo', sha256: sha256('new'), kind: 'standard', organization_id: 'org_alpha', ...spoil }])
     expect(await logLine('change refused: keys keeps its last good records, the other parts follow their changes')).toMatchObject({
       level: 50,
       part: 'keys',
-      problem: 'keys.json: [4].kind: "admin" is not one of "standard", "management"'
+      problem: `keys.json: ${problem}`
     })
     expect(await status('/v1/organization/members', KEYS.alphaManagement)).toBe(200)
     // No secret in the log: neither a key nor a hash.

@@ -25,7 +25,7 @@ function readProbe (sha256: string): boolean {
 export function isApiKey (value: unknown): boolean {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return false
   const { name, sha256, kind, organization_id: organization } = value as Record<string, unknown>
-  return typeof name === 'string' && name.length > 0 && typeof organization === 'string' && organization.length > 0 &&
+  return typeof name === 'string' && name.length > 0 && name.isWellFormed() && typeof organization === 'string' && organization.length > 0 &&
     (KEY_KINDS as readonly unknown[]).includes(kind) &&
     // Hex decoding takes capitals too, which the pattern does not.
     typeof sha256 === 'string' && readProbe(sha256) && sha256.toLowerCase() === sha256 &&
@@ -226,10 +226,8 @@ export class KeyTableBuilder {
     this.shas.set(probe, row * SHA_WORDS)
     // A UTF-16 code unit is at most 3 bytes of UTF-8.
     const start = this.nameRoom(row, key.name.length * 3)
-    const end = start + this.nameBytes.write(key.name, start, 'utf8')
-    // UTF-8 holds no lone surrogate: such a name would come back as another one.
-    if (end - start !== key.name.length && !key.name.isWellFormed()) throw new DataError(`${this.where}: [${this.size}].name: not well-formed Unicode (a lone surrogate)`)
-    this.nameEnds[row] = end
+    // Well-formed (ApiKeySchema): UTF-8 gives back the same name.
+    this.nameEnds[row] = start + this.nameBytes.write(key.name, start, 'utf8')
     this.fill(row, key.name, nameHash(key.name), KEY_KINDS.indexOf(key.kind), key.organization_id)
   }
 

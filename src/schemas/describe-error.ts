@@ -1,6 +1,6 @@
 import type { TSchema } from '@sinclair/typebox'
 import { ValueErrorType, type ValueError } from '@sinclair/typebox/errors'
-import { COUNTRY_CODE_FORMAT } from './formats.js'
+import { COUNTRY_CODE_FORMAT, WELL_FORMED_FORMAT } from './formats.js'
 import { truncate } from '../truncate.js'
 
 /** Fields whose value a message never shows: a key's hash is as good as the key to whoever holds a copy of it. */
@@ -90,6 +90,7 @@ function editDistance (a: string, b: string): number {
 function formatMessage (schema: TSchema, value: string): string {
   switch (schema.format) {
     case COUNTRY_CODE_FORMAT: return `${value} is not an ISO 3166-1 alpha-2 code`
+    case WELL_FORMED_FORMAT: return `${value} is not well-formed Unicode (a lone surrogate)`
     case 'uri': return `${value} is not an http(s) URL`
     case 'email': return `${value} is not an e-mail address`
     default: return `${value} does not match format ${schema.format}`

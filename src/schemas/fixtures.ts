@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { MemberSchema } from './member.js'
+import { WELL_FORMED_FORMAT } from './formats.js'
 
 // Shapes of the data files that are not served as-is.
 export const OrganizationSchema = Type.Object({
@@ -12,7 +13,8 @@ export const OrganizationSchema = Type.Object({
 export const KEY_KINDS = ['standard', 'management'] as const
 
 export const ApiKeySchema = Type.Object({
-  name: Type.String({ minLength: 1 }),
+  // Held as UTF-8 (key-table.ts), which cannot hold a lone surrogate.
+  name: Type.String({ minLength: 1, format: WELL_FORMED_FORMAT }),
   sha256: Type.String({ pattern: '^[0-9a-f]{64}$', description: 'SHA-256 of the key, lowercase hex; the key itself is never stored' }),
   kind: Type.Union(KEY_KINDS.map((kind) => Type.Literal(kind))),
   organization_id: Type.String({ minLength: 1 })

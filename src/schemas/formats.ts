@@ -9,9 +9,12 @@ import countries from 'i18n-iso-countries/index.js'
 const isoAlpha2Codes = new Set(Object.keys(countries.getAlpha2Codes()))
 
 export const COUNTRY_CODE_FORMAT = 'iso-3166-alpha-2'
+/** Text without a lone surrogate (JSON can write one, UTF-8 cannot hold one: key names are held as UTF-8). */
+export const WELL_FORMED_FORMAT = 'well-formed-unicode'
 
 export const ajvFormats: Record<string, (value: string) => boolean> = {
   [COUNTRY_CODE_FORMAT]: (value) => isoAlpha2Codes.has(value),
+  [WELL_FORMED_FORMAT]: (value) => value.isWellFormed(),
   uri: (value) => /^https?:\/\/[^\s/?#]+[^\s]*$/.test(value) && URL.canParse(value),
   email: (value) => /^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(value)
 }

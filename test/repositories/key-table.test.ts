@@ -16,6 +16,9 @@ describe('isApiKey', () => {
     ['an empty name', { ...valid, name: '' }],
     ['a name that is no string', { ...valid, name: 1 }],
     ['a null name', { ...valid, name: null }],
+    ['a name outside ASCII', { ...valid, name: 'clé-🔑' }],
+    ['a name with a lone surrogate', { ...valid, name: 'key-\ud800' }],
+    ['a name with a lone low surrogate', { ...valid, name: '\udc00key' }],
     ['a hash in capitals', { ...valid, sha256: valid.sha256.toUpperCase() }],
     ['a hash with one capital', { ...valid, sha256: `A${valid.sha256.slice(1)}` }],
     ['a hash one digit short', { ...valid, sha256: valid.sha256.slice(1) }],
@@ -43,10 +46,11 @@ describe('isApiKey', () => {
   it('leaves the message to the schema', () => {
     expect(recordProblem('keys', { ...valid, kind: 'admin' }, 3)).toBe('[3].kind: "admin" is not one of "standard", "management"')
     expect(recordProblem('keys', { ...valid, owner: 'x' }, 3)).toMatch(/^\[3\]\.owner: /)
+    expect(recordProblem('keys', { ...valid, name: 'key-\ud800' }, 3)).toBe('[3].name: "key-\\ud800" is not well-formed Unicode (a lone surrogate)')
   })
 
   it('tells valid keys from invalid ones (the cases above are not all of one verdict)', () => {
     expect(cases.filter(([, key]) => isApiKey(key)).map(([name]) => name))
-      .toEqual(['a valid key', 'a management key', 'a name of one character'])
+      .toEqual(['a valid key', 'a management key', 'a name of one character', 'a name outside ASCII'])
   })
 })
