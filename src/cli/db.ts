@@ -28,7 +28,9 @@ async function main () {
     // The replicas' own reader: what is written is what they serve.
     const source = createPostgresSource({ url, connectTimeoutMs: config.DATABASE_CONNECT_TIMEOUT_MS })
     try {
-      const data = await readAll(source)
+      const read = await readAll(source)
+      // A replica reads keys in no order; a file that diffs well has them in the order of their names.
+      const data = { ...read, keys: [...read.keys].sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0) }
       await mkdir(dir!, { recursive: true })
       for (const kind of RECORD_KINDS) {
         await writeJsonFile(join(dir!, FIXTURE_FILES[kind]), data[kind])

@@ -16,6 +16,10 @@ export function createSlicer () {
       // The clock is read every 256 calls: reading it costs more than most iterations.
       return (++calls & 255) === 0 && performance.now() - started > SLICE_MS
     },
+    /** The same, the clock read every time: for loops whose every iteration is long (a batch of rows). */
+    overdue () {
+      return performance.now() - started > SLICE_MS
+    },
     async pause () {
       await nextTurn()
       started = performance.now()

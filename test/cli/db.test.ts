@@ -134,7 +134,7 @@ describe('npm run db -- import and export', () => {
       const original = JSON.parse(await readFile(join(BUNDLED_FIXTURES_DIR, file), 'utf8'))
       const exported = JSON.parse(await readFile(join(dir, file), 'utf8'))
       // Keys are exported in the order of their names.
-      const sort = (list: Array<{ name: string }>) => file === FIXTURE_FILES.keys ? [...list].sort((a, b) => a.name.localeCompare(b.name)) : list
+      const sort = (list: Array<{ name: string }>) => file === FIXTURE_FILES.keys ? [...list].sort((a, b) => a.name < b.name ? -1 : 1) : list
       expect(JSON.stringify(exported), file).toBe(JSON.stringify(sort(original)))
     }
   })

@@ -9,6 +9,7 @@ import { readKeyChange, type PartChange, type Snapshot } from '../snapshot.js'
 import type { ApiKey } from '../../schemas/fixtures.js'
 import type { Member } from '../../schemas/member.js'
 import { CHANNEL, checkSchema } from './postgres-schema.js'
+import { copyRows, type TextRow } from './copy-rows.js'
 
 /** Reconnection waits 100 ms, then twice as long each time, up to this. */
 const MAX_BACKOFF_MS = 5000
@@ -143,15 +144,15 @@ let cursors = 0
  * The next batch is asked for before this one is handed over, so that PostgreSQL reads it while
  * this one is worked through. The cursor is closed however the reading ends.
  */
-async function * cursorRows<R> (client: pg.ClientBase, query: { text: string, values?: unknown[] }, rowMode?: 'array'): AsyncGenerator<R[]> {
+async function * cursorRows (client: pg.ClientBase, query: { text: string, values: unknown[] }): AsyncGenerator<TextRow[]> {
   const cursor = `directory_rows_${++cursors}`
   await client.query({ text: `DECLARE ${cursor} NO SCROLL CURSOR FOR ${query.text}`, values: query.values })
-  const fetch = () => client.query<R & pg.QueryResultRow>({ text: `FETCH ${BATCH_ROWS} FROM ${cursor}`, ...(rowMode ? { rowMode } : {}) })
+  const fetch = () => client.query<TextRow>({ text: `FETCH ${BATCH_ROWS} FROM ${cursor}`, rowMode: 'array' })
   let next: ReturnType<typeof fetch> | undefined = fetch()
   let read = false
   try {
     while (next !== undefined) {
-      const rows: R[] = (await next).rows
+      const { rows }: { rows: TextRow[] } = await next
       next = rows.length === BATCH_ROWS ? fetch() : undefined
       yield rows
     }
@@ -166,6 +167,14 @@ async function * cursorRows<R> (client: pg.ClientBase, query: { text: string, va
 }
 
 /**
+ * The rows of a query of text columns, in batches: a whole table (no values) by COPY, which costs
+ * half as much; the rows a notice names through a cursor, since COPY takes no parameters.
+ */
+function rowsOf (client: pg.ClientBase, query: { text: string, values?: unknown[] }): AsyncGenerator<TextRow[]> {
+  return query.values === undefined ? copyRows(client, query.text) : cursorRows(client, { text: query.text, values: query.values })
+}
+
+/**
  * Keys, all (as a change to those in place: readKeyChange) or those of these names, validated; a
  * bad row is a DataError naming it. Never a million objects at once: a batch at a time.
  */
@@ -173,10 +182,12 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
   const columns = 'SELECT name, sha256, kind, organization_id FROM keys'
   let index = 0
   const read = async (add: (key: ApiKey) => void) => {
-    const query = names === 'all' ? { text: `${columns} ORDER BY name` } : { text: `${columns} WHERE name = ANY($1) ORDER BY name`, values: [names] }
-    for await (const rows of cursorRows<[string, string, string, string]>(client, query, 'array')) {
-      for (const [name, sha256, kind, organization] of rows) {
-        const key = { name, sha256, kind: kind as ApiKey['kind'], organization_id: organization }
+    // In no order: a key table has none, and reading the table in its own order spares an index scan.
+    const query = names === 'all' ? { text: columns } : { text: `${columns} WHERE name = ANY($1)`, values: [names] }
+    for await (const rows of rowsOf(client, query)) {
+      // NOT NULL columns; a null would be refused by recordProblem all the same.
+      for (const [name, sha256, kind, organization] of rows as string[][]) {
+        const key = { name: name!, sha256: sha256!, kind: kind as ApiKey['kind'], organization_id: organization! }
         const problem = recordProblem('keys', key, index++)
         if (problem !== undefined) locateRow(new DataError(`keys: ${problem}`), 'keys', () => `name ${quoteValue(name)}`)
         add(key)
@@ -199,8 +210,8 @@ async function readOrganizationList (client: pg.ClientBase, ids: readonly string
   const query = ids === 'all'
     ? { text: 'SELECT id, name FROM organizations ORDER BY position, id' }
     : { text: 'SELECT id, name FROM organizations WHERE id = ANY($1) ORDER BY position, id', values: [ids] }
-  for await (const rows of cursorRows<{ id: string, name: string }>(client, query)) {
-    for (const { id, name } of rows) {
+  for await (const rows of rowsOf(client, query)) {
+    for (const [id, name] of rows as Array<[string, string]>) {
       const problem = recordProblem('organizations', { id, name, members: [] }, list.length)
       if (problem !== undefined) locateRow(new DataError(`organizations: ${problem}`), 'organizations', () => `id ${quoteValue(id)}`)
       list.push({ id, name })
@@ -331,7 +342,7 @@ async function readMembers (client: pg.ClientBase, ids: readonly string[] | 'all
     lists.set(listOf!, finished.list)
     if (finished.ends) large.push([listOf!, finished])
   }
-  for await (const rows of cursorRows<string[]>(client, query, 'array')) {
+  for await (const rows of rowsOf(client, query)) {
     count += rows.length
     for (const row of rows) {
       if (row[0] !== listOf) {

@@ -1,0 +1,131 @@
+import type pg from 'pg'
+import { to as copyTo } from 'pg-copy-streams'
+import { createSlicer } from '../slices.js'
+
+/** A row of text columns, as their texts (null for NULL), in the query's column order. */
+export type TextRow = Array<string | null>
+
+/** What COPY's binary form starts with: PGCOPY\n\377\r\n\0, then 32-bit flags and an extension's length. */
+const SIGNATURE = Buffer.from('PGCOPY\n\xff\r\n\0', 'latin1')
+const HEADER_BYTES = SIGNATURE.length + 8
+
+/**
+ * Reads rows out of COPY's binary form, a chunk at a time; a row cut between two chunks waits for
+ * the next. Each column is taken as UTF-8 text: the queries given to copyRows select text columns alone.
+ */
+class BinaryRowParser {
+  private pending: Buffer | undefined
+  private started = false
+  private ended = false
+
+  /** The whole rows in the bytes so far. */
+  rows (chunk: Buffer): TextRow[] {
+    const bytes = this.pending === undefined ? chunk : Buffer.concat([this.pending, chunk])
+    const rows: TextRow[] = []
+    let at = 0
+    if (!this.started) {
+      if (bytes.length < HEADER_BYTES) return this.keep(bytes, at, rows)
+      if (!bytes.subarray(0, SIGNATURE.length).equals(SIGNATURE)) throw new Error('COPY answered something other than its binary form')
+      const header = HEADER_BYTES + bytes.readUInt32BE(HEADER_BYTES - 4)
+      if (bytes.length < header) return this.keep(bytes, at, rows)
+      at = header
+      this.started = true
+    }
+    while (!this.ended && bytes.length - at >= 2) {
+      const columns = bytes.readInt16BE(at)
+      // The trailer: a count of -1.
+      if (columns === -1) {
+        this.ended = true
+        at += 2
+        break
+      }
+      const row: TextRow = new Array(columns)
+      let next = at + 2
+      let whole = true
+      for (let c = 0; c < columns; c++) {
+        if (bytes.length - next < 4) {
+          whole = false
+          break
+        }
+        const length = bytes.readInt32BE(next)
+        next += 4
+        if (length === -1) {
+          row[c] = null
+          continue
+        }
+        if (bytes.length - next < length) {
+          whole = false
+          break
+        }
+        row[c] = bytes.toString('utf8', next, next + length)
+        next += length
+      }
+      if (!whole) break
+      rows.push(row)
+      at = next
+    }
+    return this.keep(bytes, at, rows)
+  }
+
+  /** Checks that the rows ended where COPY's binary form ends. */
+  finish () {
+    if (!this.ended || this.pending !== undefined) throw new Error('COPY ended within a row')
+  }
+
+  private keep (bytes: Buffer, at: number, rows: TextRow[]): TextRow[] {
+    this.pending = at < bytes.length ? bytes.subarray(at) : undefined
+    return rows
+  }
+}
+
+/**
+ * The rows of `query` (a SELECT of text columns, without parameters: COPY takes none), read by
+ * `COPY (query) TO STDOUT` in binary form, in batches of the rows of each chunk read. A whole table
+ * costs PostgreSQL and Node.js about half what the same rows cost through a cursor: no row
+ * messages to frame and parse one by one, no fetch after fetch.
+ *
+ * Runs on the client's connection, in its transaction. Left before the end (a bad row refuses its
+ * kind alone, and the other kinds are read next on the same connection), the rest is read and
+ * dropped: a COPY cannot be stopped halfway without failing the transaction.
+ */
+export async function * copyRows (client: pg.ClientBase, query: string): AsyncGenerator<TextRow[]> {
+  const stream = client.query(copyTo(`COPY (${query}) TO STDOUT (FORMAT binary)`))
+  const parser = new BinaryRowParser()
+  const slicer = createSlicer()
+  let failure: Error | undefined
+  let ended = false
+  let wake: (() => void) | undefined
+  const woken = () => {
+    wake?.()
+    wake = undefined
+  }
+  // Listened to throughout: an error while a batch is being worked on is kept for the next read.
+  stream.on('error', (error) => { failure = error; woken() })
+  stream.on('end', () => { ended = true; woken() })
+  stream.on('readable', woken)
+  try {
+    for (;;) {
+      let chunk: Buffer | null
+      while (failure === undefined && (chunk = stream.read() as Buffer | null) !== null) {
+        const rows = parser.rows(chunk)
+        if (rows.length > 0) yield rows
+        // PostgreSQL sends faster than rows are worked through, and a chunk read while the socket has
+        // more is handed over without a turn of the event loop: requests get theirs here.
+        if (slicer.overdue()) await slicer.pause()
+      }
+      if (failure !== undefined) throw failure
+      if (ended) break
+      await new Promise<void>((resolve) => { wake = resolve })
+    }
+    parser.finish()
+  } finally {
+    if (!ended && failure === undefined) {
+      stream.removeListener('readable', woken)
+      stream.resume()
+      await new Promise<void>((resolve) => {
+        if (ended || failure !== undefined) resolve()
+        else wake = resolve
+      })
+    }
+  }
+}

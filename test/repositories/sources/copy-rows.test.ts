@@ -1,0 +1,68 @@
+import pg from 'pg'
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { copyRows, type TextRow } from '../../../src/repositories/sources/copy-rows.js'
+import { startPostgres, type PostgresServer } from '../../postgres.js'
+
+let server: PostgresServer
+beforeAll(async () => { server = await startPostgres() })
+afterAll(() => server?.close())
+
+let client: pg.Client
+beforeEach(async () => {
+  client = new pg.Client({ connectionString: await server.createDatabase() })
+  await client.connect()
+})
+afterEach(() => client.end())
+
+async function all (query: string) {
+  const rows: TextRow[] = []
+  let batches = 0
+  for await (const batch of copyRows(client, query)) {
+    batches++
+    rows.push(...batch)
+  }
+  return { rows, batches }
+}
+
+// Texts COPY's text form would escape, and some that take several bytes in UTF-8.
+const ODD = ['', 'tab\there', 'new\nline', 'back\\slash', '\\N', 'clé', '名前', '😀 emoji']
+
+describe('copyRows', () => {
+  it('reads every row as a query does: NULLs, empty and multi-byte texts, rows cut between chunks', async () => {
+    await client.query('CREATE TABLE t (n int, a text, b text)')
+    await client.query('INSERT INTO t SELECT i, CASE WHEN i % 7 = 0 THEN NULL ELSE ($1::text[])[1 + i % $2] || i END, repeat(\'é\', i % 50) FROM generate_series(1, 20000) AS i', [ODD, ODD.length])
+    // One row larger than any chunk.
+    await client.query("INSERT INTO t VALUES (20001, repeat('long ', 100000), NULL)")
+    const query = 'SELECT a, b FROM t ORDER BY n'
+    const { rows, batches } = await all(query)
+    expect(batches).toBeGreaterThan(1)
+    expect(rows).toEqual((await client.query({ text: query, rowMode: 'array' })).rows)
+    expect(rows.at(-1)![0]).toHaveLength(500_000)
+  })
+
+  it('reads no rows from an empty result', async () => {
+    expect(await all('SELECT \'x\' WHERE false')).toEqual({ rows: [], batches: 0 })
+  })
+
+  it('leaves the connection and its transaction usable when left before the end', async () => {
+    await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
+    let seen = 0
+    for await (const batch of copyRows(client, 'SELECT i::text FROM generate_series(1, 200000) AS i')) {
+      seen += batch.length
+      break
+    }
+    expect(seen).toBeGreaterThan(0)
+    expect(seen).toBeLessThan(200_000)
+    expect((await client.query('SELECT 2 + 2 AS four')).rows).toEqual([{ four: 4 }])
+    await client.query('COMMIT')
+    expect((await all('SELECT \'after\'')).rows).toEqual([['after']])
+  })
+
+  it('fails with the server\'s error when the query fails halfway, and the connection goes on', async () => {
+    const failing = copyRows(client, 'SELECT (1 / (100000 - i))::text FROM generate_series(1, 200000) AS i')
+    let seen = 0
+    await expect((async () => { for await (const batch of failing) seen += batch.length })()).rejects.toThrow('division by zero')
+    expect(seen).toBeGreaterThan(0)
+    expect((await client.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }])
+  })
+})
