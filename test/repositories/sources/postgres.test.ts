@@ -67,8 +67,8 @@ describe('loading from PostgreSQL', () => {
   it('reads organizations of more members than one fetch of rows whole, in order', async () => {
     const data = makeData()
     await importData(data)
-    // Rows are fetched 10,000 at a time: these two organizations span three fetches, and one fetch
-    // holds the end of one and the start of the other.
+    // A whole read comes in batches of a chunk's rows (some 64 KiB): these two organizations span
+    // many, and one batch holds the end of one and the start of the other.
     await admin.query("INSERT INTO organizations (id, name) VALUES ('org_big', 'Big'), ('org_big2', 'Big 2')")
     await admin.query(`INSERT INTO members (organization_id, id, position, email, first_name, role)
       SELECT o, 'user_' || i, i, 'user' || i || '@big.example', 'First ' || i, 'org:member' FROM generate_series(1, 12500) AS i, unnest(ARRAY['org_big', 'org_big2']) AS o`)
