@@ -144,7 +144,7 @@ let cursors = 0
  * The next batch is asked for before this one is handed over, so that PostgreSQL reads it while
  * this one is worked through. The cursor is closed however the reading ends.
  */
-async function * cursorRows (client: pg.ClientBase, query: { text: string, values: unknown[] }): AsyncGenerator<TextRow[]> {
+async function * cursorRows (client: pg.ClientBase, query: { text: string, values?: unknown[] }): AsyncGenerator<TextRow[]> {
   const cursor = `directory_rows_${++cursors}`
   await client.query({ text: `DECLARE ${cursor} NO SCROLL CURSOR FOR ${query.text}`, values: query.values })
   const fetch = () => client.query<TextRow>({ text: `FETCH ${BATCH_ROWS} FROM ${cursor}`, rowMode: 'array' })
@@ -171,7 +171,7 @@ async function * cursorRows (client: pg.ClientBase, query: { text: string, value
  * half as much; the rows a notice names through a cursor, since COPY takes no parameters.
  */
 function rowsOf (client: pg.ClientBase, query: { text: string, values?: unknown[] }): AsyncGenerator<TextRow[]> {
-  return query.values === undefined ? copyRows(client, query.text) : cursorRows(client, { text: query.text, values: query.values })
+  return query.values === undefined ? copyRows(client, query.text) : cursorRows(client, query)
 }
 
 /**
