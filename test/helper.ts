@@ -125,6 +125,8 @@ export function snapshotsOf (data: DirectoryData, source = 'test') {
       loadedAt: snapshot!.installedAt,
       records: snapshot!.counts(),
       reloads: structuredClone(reloads),
+      readFailures: Object.fromEntries(RECORD_KINDS.map((kind) => [kind, 0])) as SnapshotInfo['readFailures'],
+      noticesIgnored: 0,
       following: true
     }),
     async install (next: DirectoryData) {

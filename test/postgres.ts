@@ -119,16 +119,19 @@ export async function startPostgres (): Promise<PostgresServer> {
 /**
  * A TCP proxy to the server at `url` that holds every chunk `delayMs` in each direction, as a
  * database far away does: what a replica does between its queries is spread out in time.
+ * `freeze()` makes the connections open at that moment silent forever, both ways, without closing
+ * them, as a NAT or load balancer does when it drops a flow; connections made after it pass.
  */
 export async function latencyProxy (url: string, delayMs: number) {
   const target = new URL(url)
   const sockets = new Set<net.Socket>()
+  const frozen = new WeakSet<net.Socket>()
   const proxy = net.createServer((client) => {
     const upstream = net.connect(Number(target.port), target.hostname)
     const pipe = (from: net.Socket, to: net.Socket) => {
       sockets.add(from)
-      from.on('data', (chunk) => { setTimeout(() => { if (!to.destroyed) to.write(chunk) }, delayMs) })
-      from.on('close', () => setTimeout(() => to.destroy(), delayMs + 1))
+      from.on('data', (chunk) => { setTimeout(() => { if (!to.destroyed && !frozen.has(from)) to.write(chunk) }, delayMs) })
+      from.on('close', () => setTimeout(() => { if (!frozen.has(from)) to.destroy() }, delayMs + 1))
       from.on('error', () => {})
     }
     pipe(client, upstream)
@@ -139,6 +142,9 @@ export async function latencyProxy (url: string, delayMs: number) {
   proxied.port = String((proxy.address() as net.AddressInfo).port)
   return {
     url: proxied.toString(),
+    freeze () {
+      for (const socket of sockets) frozen.add(socket)
+    },
     async close () {
       for (const socket of sockets) socket.destroy()
       await new Promise((resolve) => proxy.close(resolve))

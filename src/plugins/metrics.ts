@@ -240,6 +240,25 @@ function snapshotMetrics (registry: Registry, snapshots: Snapshots) {
       }
     }
   })
+  new Counter({
+    name: 'directory_source_read_failures_total',
+    help: 'Reads of each kind that failed since start (the source, not the data: a connection cut, a timeout); each is tried again, named records falling back to a whole read',
+    labelNames: ['kind'] as const,
+    registers: [registry],
+    collect () {
+      this.reset()
+      for (const [kind, count] of Object.entries(snapshots.info().readFailures)) this.inc({ kind }, count)
+    }
+  })
+  new Counter({
+    name: 'directory_notices_ignored_total',
+    help: 'Notices of change ignored since start, being of no shape the source sends (PostgreSQL: a NOTIFY on the channel by another role)',
+    registers: [registry],
+    collect () {
+      this.reset()
+      this.inc(snapshots.info().noticesIgnored)
+    }
+  })
 }
 
 export default fp(metricsPlugin, { name: 'metrics' })

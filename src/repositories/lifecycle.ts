@@ -1,21 +1,24 @@
-import { DataError, RECORD_KINDS, type RecordKind } from './records.js'
-import { applyChange, compactPart, createSnapshot, rebasePart, type PartChange, type RecordCounts, type Snapshot } from './snapshot.js'
+import { DataError, KINDS, RECORD_KINDS, type Held, type RecordKind } from './records.js'
+import { applyChange, compactPart, createSnapshot, rebasePart, withRecords, type KeyedKind, type Part, type PartChange, type RecordCounts, type Snapshot } from './snapshot.js'
 import type { Source } from './source.js'
 
 /** Notices that arrive within this time of the first are read together: a script's burst becomes one read. */
 const COALESCE_MS = 20
 
-/**
- * Kinds whose reads started together (within COALESCE_MS: one transaction, one swap of a Kubernetes
- * volume) are installed together once all of them are read, however long the slowest takes: a key
- * moved to a new organization never reaches requests before the organization. A kind whose read is
- * refused or fails does not hold the others. A kind only scheduled to be read (its notice came a
- * moment later) is waited for this long at most.
- */
-const TOGETHER_MS = 50
-
 /** A failed read is tried again after 100 ms, then twice as long each time, up to this. */
 const MAX_BACKOFF_MS = 5000
+
+/**
+ * Failures in a row of a read of named records after which the kind is read whole instead: a name
+ * that breaks every read of it holds back no other change.
+ */
+const NAMED_FAILURES = 2
+
+/** More names than this waiting for a kind are read as the whole kind: what notices name costs a bounded memory. */
+const NAMED_MAX = 10_000
+
+/** Ignored notices are logged one in this period at most, with how many were ignored since. */
+const IGNORED_LOG_MS = 60_000
 
 function backoff (failures: number) {
   // Jitter, so that replicas that lost the same server do not come back in lockstep.
@@ -33,6 +36,10 @@ export interface SnapshotInfo {
   records: RecordCounts
   /** Changes installed (succeeded) and refused (failed) since start, by kind. */
   reloads: { [kind in RecordKind]: { succeeded: number, failed: number } }
+  /** Reads that failed (the source, not the data) since start, by kind: each is tried again. */
+  readFailures: { [kind in RecordKind]: number }
+  /** Notices of change the source ignored since start, being of no shape it sends. */
+  noticesIgnored: number
   /** Whether changes are being followed (the connection is up, the folder exists). */
   following: boolean
 }
@@ -51,27 +58,57 @@ export interface LifecycleLog {
   warn(object: object, message: string): void
 }
 
-/** The work of one kind: what its notices named since its last read, and how its reads go. */
+/**
+ * The work of one kind. A kind is read whole (its notices named nothing, a reconnection, SIGHUP) or
+ * by the records notices named; one read of each sort at most is under way, and another waits
+ * behind it at most, so that a revocation is never held behind a whole read of its kind.
+ */
 interface Lane {
-  /** Keys named since the last read, or `all`; undefined when nothing is waiting. */
-  pending: Set<string> | 'all' | undefined
-  running: boolean
-  /** When its current read started. */
-  startedAt: number
+  /** Keys named since the last read of named records. */
+  named: Set<string>
+  /** A whole read is wanted. */
+  whole: boolean
+  namedRunning: boolean
+  wholeRunning: boolean
+  /**
+   * While a whole read runs: the keys of the records installed since it started by reads of named
+   * records, newer than what it read, which its install leaves as they are.
+   */
+  newer: Set<string> | undefined
   timer: NodeJS.Timeout | undefined
   failures: number
-  /** Its last change was refused: the next read is of the whole kind, so that a fix brings everything back. */
+  /** Its last whole change was refused: every notice reads it whole too, so that a fix brings everything back. */
   refused: boolean
   compacting: boolean
 }
 
+/** A change read, ready to install: `finish` makes its part on the snapshot being made. */
+interface Ready {
+  kind: RecordKind
+  change: string
+  rowsRead?: number
+  finish(next: Snapshot): Part<RecordKind>
+}
+
+/** A whole read: when it started, and once read, what installs it and what to call then. */
+interface Whole {
+  startedAt: number
+  ready?: Ready
+  done?: () => void
+}
+
+const isKeyed = (kind: RecordKind): kind is KeyedKind => KINDS[kind].held !== 'list'
+
 /**
  * The one owner of the data's lifecycle: the first load, the notices of change, their coalescing,
- * retries, installing a change or refusing it, the counts. Each kind has a lane of its own: a
- * revocation is read and installed while a large reload of organizations is still being read, and
- * a refused kind keeps its last good records while the others' changes go in. A change makes a new
- * snapshot that shares everything it did not touch; the snapshot's parts fold their overlays into
- * new bases off to the side (compaction) and are moved onto them when ready.
+ * retries, installing a change or refusing it, the counts. Each kind has a lane of its own, and
+ * each change is installed as soon as it is read: a revocation goes in while a large reload of
+ * organizations (or of keys) is still being read, and a refused kind keeps its last good records
+ * while the others' changes go in. The one order kept is the registry's `refers`: a key whose
+ * organization is not served yet waits while organizations are being read, so that it is never
+ * installed ahead of the organization committed before it. A change makes a new snapshot that
+ * shares everything it did not touch; the snapshot's parts fold their overlays into new bases off
+ * to the side (compaction) and are moved onto them when ready.
  */
 export function createLifecycle (source: Source) {
   let current: Snapshot | undefined
@@ -82,56 +119,88 @@ export function createLifecycle (source: Source) {
   let unfollowedAt = 0
   let closed = false
   const reloads = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['reloads']
+  const readFailures = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, 0])) as SnapshotInfo['readFailures']
+  const ignored = { count: 0, logged: 0, loggedAt: -Infinity }
   const lanes = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, {
-    pending: undefined, running: false, startedAt: 0, timer: undefined, failures: 0, refused: false, compacting: false
+    named: new Set(), whole: false, namedRunning: false, wholeRunning: false, newer: undefined, timer: undefined, failures: 0, refused: false, compacting: false
   } satisfies Lane])) as Record<RecordKind, Lane>
+  /** Whole reads under way, by kind, and once read, what installs them. */
+  const wholes = new Map<RecordKind, Whole>()
+  /** Records read whose referred record is not served yet while its kind is being read, by kind, then key. */
+  const held = new Map<RecordKind, Map<string, unknown>>()
 
   const snapshot = () => {
     if (current === undefined) throw new Error('the data is not loaded yet')
     return current
   }
 
+  const busy = (lane: Lane) => lane.whole || lane.named.size > 0 || lane.wholeRunning || lane.namedRunning || lane.timer !== undefined
+
   function noteChange (kind: RecordKind, keys?: readonly string[]) {
     const lane = lanes[kind]
-    if (keys === undefined || lane.pending === 'all') lane.pending = 'all'
-    else {
-      lane.pending ??= new Set()
-      for (const key of keys) lane.pending.add(key)
+    if (keys === undefined || !isKeyed(kind) || lane.refused) lane.whole = true
+    if (keys !== undefined && isKeyed(kind)) for (const key of keys) lane.named.add(key)
+    if (lane.named.size > NAMED_MAX) {
+      lane.named.clear()
+      lane.whole = true
     }
     schedule(kind, COALESCE_MS)
   }
 
+  function noteIgnored (problem: string) {
+    ignored.count++
+    const now = performance.now()
+    if (now - ignored.loggedAt < IGNORED_LOG_MS) return
+    log?.warn({ source: source.name, problem, ignored_since_last: ignored.count - ignored.logged }, 'notice ignored: not of a shape the source sends')
+    ignored.logged = ignored.count
+    ignored.loggedAt = now
+  }
+
   function schedule (kind: RecordKind, delay: number) {
     const lane = lanes[kind]
-    if (closed || lane.running || lane.timer !== undefined) return
+    if (closed || lane.timer !== undefined) return
     lane.timer = setTimeout(() => {
       lane.timer = undefined
-      void run(kind)
+      if (lane.whole && !lane.wholeRunning) void run(kind, 'all')
+      if (lane.named.size > 0 && !lane.namedRunning) void run(kind, [...lane.named])
     }, delay)
   }
 
-  function describe (kind: RecordKind, work: Set<string> | 'all') {
+  function describe (kind: RecordKind, work: readonly string[] | 'all') {
     if (work === 'all') return `${kind}: all read again`
-    const named = [...work].slice(0, 5).map((key) => JSON.stringify(key)).join(', ')
-    return `${kind}: ${named}${work.size > 5 ? `, and ${work.size - 5} more` : ''}`
+    const named = work.slice(0, 5).map((key) => JSON.stringify(key)).join(', ')
+    return `${kind}: ${named}${work.length > 5 ? `, and ${work.length - 5} more` : ''}`
   }
 
-  /** Reads what the lane's notices named, and installs it or refuses it. */
-  async function run (kind: RecordKind) {
+  /** Reads the kind whole or the records named, and installs what was read or refuses it. */
+  async function run (kind: RecordKind, work: readonly string[] | 'all') {
     const lane = lanes[kind]
-    const work = lane.refused ? 'all' : lane.pending
-    lane.pending = undefined
-    if (work === undefined || closed) return
-    lane.running = true
-    lane.startedAt = performance.now()
+    const whole = work === 'all'
+    if (whole) {
+      lane.whole = false
+      lane.wholeRunning = true
+      lane.newer = new Set()
+    } else {
+      lane.named = new Set()
+      lane.namedRunning = true
+    }
     const change = describe(kind, work)
+    const started: Whole = { startedAt: performance.now() }
+    if (whole) wholes.set(kind, started)
     try {
-      const read = await source.read(kind, work === 'all' ? 'all' : [...work], current)
-      const part = await applyChange(snapshot().parts[kind], read)
+      const read = await source.read(kind, work, current)
       if (closed) return
-      if (!await installTogether(kind, part, change, read)) return
+      const ready = await prepare(kind, read, change)
+      if (closed) return
+      if (whole) {
+        await new Promise<void>((resolve) => {
+          started.ready = ready
+          started.done = resolve
+          settle()
+        })
+      } else installParts([ready])
       reloads[kind].succeeded++
-      lane.refused = false
+      if (whole) lane.refused = false
       lane.failures = 0
     } catch (error) {
       if (closed) return
@@ -142,96 +211,153 @@ export function createLifecycle (source: Source) {
       } else {
         // Reading failed (the connection, not the data): read it again later, all of what was asked.
         lane.failures++
-        if (work === 'all' || lane.pending === 'all') lane.pending = 'all'
-        else lane.pending = new Set([...work, ...lane.pending ?? []])
+        readFailures[kind]++
+        if (whole || lane.failures >= NAMED_FAILURES) lane.whole = true
+        else for (const key of work) lane.named.add(key)
         log?.warn({ change, part: kind, problem: (error as Error).message }, 'reading a change failed; trying again')
       }
     } finally {
-      lane.running = false
-      // A read of the group that ended without a part (refused, failed) holds the others no longer.
-      settle()
-      if (lane.pending !== undefined) schedule(kind, lane.failures > 0 ? backoff(lane.failures) : 0)
+      if (whole && wholes.get(kind) === started) {
+        wholes.delete(kind)
+        settle()
+      }
+      if (whole) {
+        lane.wholeRunning = false
+        lane.newer = undefined
+      } else lane.namedRunning = false
+      releaseHeld()
+      if (lane.whole || lane.named.size > 0) schedule(kind, lane.failures > 0 ? backoff(lane.failures) : 0)
     }
     void compact(kind)
   }
 
-  function install (next: Snapshot) {
-    current = next
+  /**
+   * Takes out of a change that names its records those that refer to a record not served while
+   * the referred kind is being read, to wait for it (held); the others go in now.
+   */
+  function holdBack<K extends RecordKind> (kind: K, read: { upsert: ReadonlyArray<Held<K>>, remove: readonly string[] }, next: Snapshot) {
+    const refers = KINDS[kind].refers
+    if (refers === undefined) return read
+    const waiting = held.get(kind) ?? new Map<string, unknown>()
+    held.set(kind, waiting)
+    const keyField = KINDS[kind].key!
+    for (const name of read.remove) waiting.delete(name)
+    const referred = next.parts[refers.kind as KeyedKind].byKey
+    const now: Array<Held<K>> = []
+    for (const record of read.upsert) {
+      const key = (record as Record<string, string>)[keyField]!
+      waiting.delete(key)
+      if (referred.get((record as Record<string, string>)[refers.field]!) === undefined && busy(lanes[refers.kind as RecordKind])) waiting.set(key, record)
+      else now.push(record)
+    }
+    return { ...read, upsert: now }
   }
 
-  /** Parts read and waiting for the other reads of their group, and what to call once installed. */
-  const ready = new Map<RecordKind, { part: Snapshot['parts'][RecordKind], change: string, read: PartChange, done: (installed: boolean) => void }>()
-  let readyTimer: NodeJS.Timeout | undefined
+  /** Installs the records held whose referred record is served now, or whose referred kind is no longer being read. */
+  function releaseHeld () {
+    for (const [kind, waiting] of held) {
+      if (waiting.size === 0 || current === undefined) continue
+      const refers = KINDS[kind].refers!
+      const referred = snapshot().parts[refers.kind as KeyedKind].byKey
+      const idle = !busy(lanes[refers.kind as RecordKind])
+      const ready: unknown[] = []
+      for (const [key, record] of waiting) {
+        if (!idle && referred.get((record as Record<string, string>)[refers.field]!) === undefined) continue
+        ready.push(record)
+        waiting.delete(key)
+      }
+      if (ready.length > 0) {
+        installParts([{ kind, change: `${kind}: ${ready.length} held for what they refer to`, finish: (next) => namedPart(kind as KeyedKind, next.parts[kind as KeyedKind], ready as never, []) }])
+      }
+    }
+  }
+
+  /** The part with these records in and out, noted as newer than a whole read under way. */
+  function namedPart<K extends KeyedKind> (kind: K, part: Part<K>, upsert: ReadonlyArray<Held<K>>, remove: readonly string[]): Part<K> {
+    const newer = lanes[kind].newer
+    if (newer !== undefined) {
+      const keyField = KINDS[kind].key
+      for (const record of upsert) newer.add((record as Record<string, string>)[keyField]!)
+      for (const key of remove) newer.add(key)
+    }
+    return withRecords(part, upsert, remove)
+  }
 
   /**
-   * Installs the part with the parts of the reads that started with it, in one snapshot, once they
-   * are all read; false when they were torn (read again instead).
+   * Makes ready to install a change read: reports its records refused one by one, and answers what
+   * makes its part once it is installed, on the snapshot being made then (with no turn of the event
+   * loop in between, so that nothing installed meanwhile is lost).
    */
-  function installTogether (kind: RecordKind, part: Snapshot['parts'][RecordKind], change: string, read: PartChange) {
-    return new Promise<boolean>((resolve) => {
-      ready.set(kind, { part, change, read, done: resolve })
-      settle()
-    })
-  }
-
-  /** Whether two kinds were read together, in one group. */
-  function together (a: RecordKind, b: RecordKind) {
-    return Math.abs(lanes[a].startedAt - lanes[b].startedAt) <= COALESCE_MS
-  }
-
-  /** Whether two parts ready of one group disagree on what their two kinds were (a change landed between their reads). */
-  function torn () {
-    const parts = [...ready.entries()]
-    return parts.some(([a, { read: { state: sa } }]) => parts.some(([b, { read: { state: sb } }]) =>
-      a !== b && sa !== undefined && sb !== undefined && together(a, b) && (sa[a] !== sb[a] || sa[b] !== sb[b])))
-  }
-
-  /** Whether a kind read together with one of the parts ready is still being read. */
-  function groupRunning () {
-    return [...ready.keys()].some((kind) => RECORD_KINDS.some((other) => !ready.has(other) && lanes[other].running && together(kind, other)))
-  }
-
-  /** Installs the parts ready unless their group is still being read (then its last read calls this again). */
-  function settle () {
-    if (ready.size === 0) return
-    clearTimeout(readyTimer)
-    readyTimer = undefined
-    if (groupRunning()) return
-    if (torn()) {
-      // A change landed between reads of the same group (files swapped again while they were read):
-      // installed, a key could reach requests before its organization. All of them are read again.
-      const parts = [...ready.entries()]
-      ready.clear()
-      for (const [kind, { done }] of parts) {
-        noteChange(kind)
-        done(false)
+  async function prepare (kind: RecordKind, read: PartChange, change: string): Promise<Ready> {
+    if (read.refused !== undefined && read.refused.length > 0) {
+      reloads[kind].failed++
+      for (const problem of read.refused.slice(0, 5)) {
+        log?.error({ change, part: kind, problem }, `change refused: ${kind} keeps the last good version of the record, its other records follow their changes`)
       }
-      return
     }
-    const scheduled = RECORD_KINDS.some((other) => !ready.has(other) && !lanes[other].running && lanes[other].timer !== undefined)
-    if (scheduled) readyTimer = setTimeout(installReady, TOGETHER_MS)
-    else installReady()
+    if ('upsert' in read && isKeyed(kind)) {
+      return {
+        kind,
+        change,
+        rowsRead: read.rowsRead,
+        finish (next) {
+          const now = holdBack(kind, read as { upsert: ReadonlyArray<Held<KeyedKind>>, remove: readonly string[] }, next)
+          return namedPart(kind, next.parts[kind], now.upsert as never, now.remove)
+        }
+      }
+    }
+    const part = await applyChange(snapshot().parts[kind], read)
+    return {
+      kind,
+      change,
+      rowsRead: read.rowsRead,
+      finish (next) {
+        const newer = lanes[kind].newer
+        if (!isKeyed(kind) || newer === undefined || newer.size === 0) return part
+        // Records installed by named reads meanwhile are newer than what this whole read saw: kept.
+        const served = next.parts[kind].byKey as { get(key: string): unknown }
+        const upsert: unknown[] = []
+        const remove: string[] = []
+        for (const key of newer) {
+          const record = served.get(key)
+          if (record === undefined) remove.push(key)
+          else upsert.push(record)
+        }
+        return withRecords(part as Part<KeyedKind>, upsert as never, remove)
+      }
+    }
   }
 
-  function installReady () {
-    clearTimeout(readyTimer)
-    readyTimer = undefined
-    if (ready.size === 0) return
+  /** Installs changes ready in one snapshot, the kinds referred to before the kinds that refer to them (registry order). */
+  function installParts (changes: Ready[]) {
+    changes.sort((a, b) => RECORD_KINDS.indexOf(a.kind) - RECORD_KINDS.indexOf(b.kind))
     let next = snapshot()
     version++
-    for (const [kind, { part }] of ready) next = next.withPart(kind, part as never, version)
-    install(next)
-    const changes = [...ready.values()]
-    ready.clear()
-    // What each change cost, where the source counts it: a revocation among a million keys reads one row.
-    const rowsRead = changes.filter(({ read }) => read.rowsRead !== undefined).map(({ read }) => [read.kind, read.rowsRead])
+    for (const { kind, finish } of changes) next = next.withPart(kind, finish(next) as never, version)
+    current = next
+    const rowsRead = changes.filter(({ rowsRead }) => rowsRead !== undefined).map(({ kind, rowsRead }) => [kind, rowsRead])
     log?.info({
       change: changes.map(({ change }) => change).join('; '),
       snapshot: { version, fingerprint: next.fingerprint },
       records: next.counts(),
+      // What each change cost, where the source counts it: a revocation among a million keys reads one row.
       ...rowsRead.length > 0 ? { rows_read: Object.fromEntries(rowsRead) } : {}
     }, 'change installed')
-    for (const { done } of changes) done(true)
+  }
+
+  /**
+   * Installs the whole reads ready, in one snapshot, unless a whole read started with one of them
+   * (within COALESCE_MS: the files one swap changed, a reconnection) is still under way: a key moved
+   * to a new organization in one swap of a folder never reaches requests before it, nor after the old one is gone.
+   */
+  function settle () {
+    const ready = [...wholes.values()].filter((whole) => whole.ready !== undefined)
+    if (ready.length === 0) return
+    const together = (a: Whole, b: Whole) => Math.abs(a.startedAt - b.startedAt) <= COALESCE_MS
+    for (const whole of wholes.values()) if (whole.ready === undefined && ready.some((other) => together(other, whole))) return
+    for (const whole of ready) wholes.delete(whole.ready!.kind)
+    installParts(ready.map((whole) => whole.ready!))
+    for (const whole of ready) whole.done!()
   }
 
   /** Folds the kind's overlays into new bases, off to the side, and moves the snapshot onto them. */
@@ -245,7 +371,7 @@ export function createLifecycle (source: Source) {
       if (compacted === undefined || closed) return
       // Changes installed meanwhile are carried over; if another part replaced the bases, it is dropped.
       const rebased = rebasePart(snapshot().parts[kind], from, compacted)
-      if (rebased !== undefined) install(snapshot().withPart(kind, rebased, snapshot().version))
+      if (rebased !== undefined) current = snapshot().withPart(kind, rebased, snapshot().version)
     } catch (error) {
       // Changes named one at a time can disagree for a moment (a key read with the hash another
       // key gives up in a change not read yet): the overlay serves on, and the next change tries again.
@@ -263,14 +389,15 @@ export function createLifecycle (source: Source) {
         if (!('all' in change)) throw new Error(`the source read part of ${kind} at start`)
         return [kind, change.all] as const
       }))
-      install(await createSnapshot(Object.fromEntries(parts) as Parameters<typeof createSnapshot>[0], ++version))
-      return current!
+      current = await createSnapshot(Object.fromEntries(parts) as Parameters<typeof createSnapshot>[0], ++version)
+      return current
     },
     /** Follows the source's changes from now on, reporting to `logger`. */
     follow (logger: LifecycleLog) {
       log = logger
       source.watch({
         changed: noteChange,
+        ignored: noteIgnored,
         following (up, problem) {
           if (up === following) return
           following = up
@@ -294,6 +421,8 @@ export function createLifecycle (source: Source) {
         loadedAt: served.installedAt,
         records: served.counts(),
         reloads: structuredClone(reloads),
+        readFailures: { ...readFailures },
+        noticesIgnored: ignored.count,
         following
       }
     },
@@ -311,8 +440,9 @@ export type Lifecycle = ReturnType<typeof createLifecycle>
 export async function fixedSnapshots (data: Parameters<typeof createSnapshot>[0]): Promise<Snapshots> {
   const snapshot = await createSnapshot(data)
   const reloads = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['reloads']
+  const readFailures = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, 0])) as SnapshotInfo['readFailures']
   return {
     current: () => snapshot,
-    info: () => ({ source: 'none', version: 1, fingerprint: snapshot.fingerprint, loadedAt: snapshot.installedAt, records: snapshot.counts(), reloads, following: true })
+    info: () => ({ source: 'none', version: 1, fingerprint: snapshot.fingerprint, loadedAt: snapshot.installedAt, records: snapshot.counts(), reloads, readFailures, noticesIgnored: 0, following: true })
   }
 }

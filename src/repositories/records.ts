@@ -19,11 +19,17 @@ export { DataError }
  * PostgreSQL, its table).
  */
 export const KINDS = {
-  providers: { schema: ProviderSchema, file: 'providers.json', table: 'providers', key: 'slug', unique: ['slug'] },
-  endpoints: { schema: EndpointSchema, file: 'zdr-endpoints.json', table: 'endpoints', key: undefined, unique: [] },
-  organizations: { schema: OrganizationSchema, file: 'organizations.json', table: 'organizations', key: 'id', unique: ['id'] },
-  keys: { schema: ApiKeySchema, file: 'keys.json', table: 'keys', key: 'name', unique: ['name', 'sha256'] }
-} as const satisfies Record<string, { schema: TSchema, file: string, table: string, key: string | undefined, unique: readonly string[] }>
+  providers: { schema: ProviderSchema, file: 'providers.json', table: 'providers', key: 'slug', unique: ['slug'], held: 'list', refers: undefined },
+  endpoints: { schema: EndpointSchema, file: 'zdr-endpoints.json', table: 'endpoints', key: undefined, unique: [], held: 'list', refers: undefined },
+  organizations: { schema: OrganizationSchema, file: 'organizations.json', table: 'organizations', key: 'id', unique: ['id'], held: 'organizations', refers: undefined },
+  // A key refers to its organization: a key is never installed ahead of an organization on its way.
+  keys: { schema: ApiKeySchema, file: 'keys.json', table: 'keys', key: 'name', unique: ['name', 'sha256'], held: 'keys', refers: { field: 'organization_id', kind: 'organizations' } }
+} as const satisfies Record<string, {
+  schema: TSchema, file: string, table: string, key: string | undefined, unique: readonly string[]
+  /** How the snapshot holds it: a list served whole, or by key (the keys, organizations with member pages). */
+  held: 'list' | 'keys' | 'organizations'
+  refers: { field: string, kind: string } | undefined
+}>
 
 export type RecordKind = keyof typeof KINDS
 

@@ -23,10 +23,10 @@ export type PartChange<K extends RecordKind = RecordKind> = (
   | { readonly kind: K, readonly upsert: ReadonlyArray<Held<K>>, readonly remove: readonly string[] }
 ) & {
   /**
-   * What each kind was in the source when this read ended (files: each file's signature). Two reads
-   * of a group that disagree on their two kinds were torn by a change between them (lifecycle.ts).
+   * Records the read refused one by one (a bad row among good ones), each kept at its last good
+   * version: what is wrong with each, naming table, row and field.
    */
-  readonly state?: Readonly<Record<RecordKind, string>>
+  readonly refused?: readonly string[]
   /** The rows the read took from the source, when it counts them: what the change cost. */
   readonly rowsRead?: number
 }
@@ -153,7 +153,8 @@ export async function applyChange<K extends RecordKind> (previous: Part<K> | und
     case 'providers':
     case 'endpoints': {
       // A list is served as one body: any change serializes it again (a few hundred records).
-      const records = 'all' in change ? change.all as readonly unknown[] : applyToList(kind, (previous as ListPart<unknown>).records, change)
+      if (!('all' in change)) throw new Error(`${kind} change as a whole list`)
+      const records = change.all as readonly unknown[]
       return { records, list: serializeList(records) } as unknown as Part<K>
     }
     case 'organizations':
@@ -162,19 +163,6 @@ export async function applyChange<K extends RecordKind> (previous: Part<K> | und
       return await applyKeys(previous as KeyPart | undefined, change as PartChange<'keys'>) as Part<K>
   }
   throw new Error(`unknown kind ${String(kind)}`)
-}
-
-/** Providers are keyed by slug: a change names the ones to replace, which keep their place. */
-function applyToList (kind: 'providers' | 'endpoints', records: readonly unknown[], change: { upsert: readonly unknown[], remove: readonly string[] }): unknown[] {
-  if (kind === 'endpoints') throw new Error('endpoints change as a whole list')
-  const bySlug = new Map((change.upsert as Provider[]).map((record) => [record.slug, record]))
-  const removed = new Set(change.remove)
-  const kept = (records as Provider[]).filter((record) => !removed.has(record.slug)).map((record) => {
-    const next = bySlug.get(record.slug)
-    bySlug.delete(record.slug)
-    return next ?? record
-  })
-  return [...kept, ...bySlug.values()]
 }
 
 /** A record's key, its value before and after (undefined: absent). */
@@ -267,13 +255,7 @@ async function applyOrganizations (previous: OrganizationPart | undefined, chang
     if (previous === undefined) throw new Error('a partial change needs the part it changes')
     changes = changesTo(previous.byKey, change.upsert, change.remove, organizationRules)
   }
-  let members = previous!.members
-  for (const [, before, after] of changes) members += (after?.members.length ?? 0) - (before?.members.length ?? 0)
-  return {
-    byKey: previous!.byKey.with(changes.map(([key, , after]) => [key, after] as const)),
-    sum: sumAfter(previous!.sum, changes, organizationRules),
-    members
-  }
+  return withOrganizationChanges(previous!, changes)
 
   async function build (records: readonly Organization[]): Promise<OrganizationPart> {
     const map = new Map<string, Organization>()
@@ -287,6 +269,29 @@ async function applyOrganizations (previous: OrganizationPart | undefined, chang
     }
     return { byKey: LayeredMap.of(map), sum, members }
   }
+}
+
+function withOrganizationChanges (previous: OrganizationPart, changes: ReadonlyArray<Change<Organization>>): OrganizationPart {
+  let members = previous.members
+  for (const [, before, after] of changes) members += (after?.members.length ?? 0) - (before?.members.length ?? 0)
+  return {
+    byKey: previous.byKey.with(changes.map(([key, , after]) => [key, after] as const)),
+    sum: sumAfter(previous.sum, changes, organizationRules),
+    members
+  }
+}
+
+/** The kinds changed record by record, by their keys. */
+export type KeyedKind = 'keys' | 'organizations'
+
+/**
+ * A keyed part with these records put in and the records of these keys taken out, at once (no
+ * turn of the event loop): what a change that names its records makes.
+ */
+export function withRecords<K extends KeyedKind> (part: Part<K>, upsert: ReadonlyArray<Held<K>>, remove: readonly string[]): Part<K> {
+  if ('table' in part) return withKeyChanges(part, changesTo(part.byKey, upsert as readonly ApiKey[], remove, keyRules)) as Part<K>
+  const organizations = part as OrganizationPart
+  return withOrganizationChanges(organizations, changesTo(organizations.byKey, upsert as readonly Organization[], remove, organizationRules)) as Part<K>
 }
 
 /** The part of keys whose base is `table`, without changes above it. */

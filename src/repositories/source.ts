@@ -8,6 +8,8 @@ export interface SourceEvents {
   changed(kind: RecordKind, keys?: readonly string[]): void
   /** Whether changes can be followed now (the connection is up, the folder exists); why not when not. */
   following(up: boolean, problem?: Error): void
+  /** A notice of change was of no shape the source sends (anyone who can connect can send one): ignored, and why. */
+  ignored(problem: string): void
 }
 
 /**

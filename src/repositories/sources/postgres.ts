@@ -1,6 +1,9 @@
+import net from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { Type } from '@sinclair/typebox'
+import { TypeCompiler } from '@sinclair/typebox/compiler'
 import pg from 'pg'
-import { DataError, RECORD_KINDS, type RecordKind, memberProblem, recordProblem, validateRecords, type Organization } from '../records.js'
+import { DataError, KINDS, RECORD_KINDS, type RecordKind, memberProblem, recordProblem, validateRecords, type Organization } from '../records.js'
 import { createSlicer } from '../slices.js'
 import { MemberList, MemberListBuilder, blockIndex, type Block } from '../member-list.js'
 import { quoteValue } from '../../schemas/describe-error.js'
@@ -13,6 +16,28 @@ import { copyRows, type TextRow } from './copy-rows.js'
 
 /** Reconnection waits 100 ms, then twice as long each time, up to this. */
 const MAX_BACKOFF_MS = 5000
+
+/**
+ * The listening connection is asked for a round trip this often, and given this long to answer:
+ * a connection the network froze without closing it (a NAT or load balancer that dropped the flow)
+ * is found within their sum, then every connection is dropped, and the replica reconnects and reads
+ * everything again.
+ */
+const CHECK_EVERY_MS = 5000
+const CHECK_DEADLINE_MS = 5000
+
+/** TCP keep-alive probes start after this long idle: the kernel's own bound on a dead peer. */
+const KEEP_ALIVE_DELAY_MS = 10_000
+
+/**
+ * A read's connection that is silent this long is dropped and the read tried again; and no
+ * statement of a read runs longer on the server. Both far above a whole read at gateway scale.
+ */
+const READ_STALL_MS = 30_000
+const STATEMENT_TIMEOUT_MS = 60_000
+
+/** Notices that arrive before the changes are followed, kept to be told then; past this many, every kind is read again instead. */
+const EARLY_MAX = 1000
 
 // bigint columns (context lengths, token counts, positions) as numbers, as the files have them.
 const types = {
@@ -51,15 +76,37 @@ function backoff (attempt: number) {
 }
 
 /**
+ * A client whose socket is at hand (pg's public `stream` option): a connection the network froze is
+ * destroyed at once, where ending it would wait for an answer that never comes.
+ */
+class SocketClient extends pg.Client {
+  readonly socket: net.Socket
+
+  constructor (config: pg.ClientConfig = {}) {
+    const socket = new net.Socket()
+    super({ ...config, stream: () => socket })
+    this.socket = socket
+    // Armed by reads only (setTimeout): an idle connection is silent by right.
+    socket.on('timeout', () => socket.destroy(new Error(`no answer from PostgreSQL within ${READ_STALL_MS} ms`)))
+  }
+}
+
+/**
  * A connected client, retried while the server cannot be reached, for `timeoutMs` at most;
  * then an error naming the database (without its password) and the last cause.
  */
-export async function connectPostgres (url: string, timeoutMs: number): Promise<pg.Client> {
+export async function connectPostgres (url: string, timeoutMs: number): Promise<SocketClient> {
   const deadline = Date.now() + timeoutMs
   for (let attempt = 0; ; attempt++) {
     // One attempt takes a second at least, even when less time is left: a shorter one would fail
     // against a server that is merely far away.
-    const client = new pg.Client({ connectionString: url, types, keepAlive: true, connectionTimeoutMillis: Math.min(Math.max(deadline - Date.now(), 1000), 10000) })
+    const client = new SocketClient({
+      connectionString: url,
+      types,
+      keepAlive: true,
+      keepAliveInitialDelayMillis: KEEP_ALIVE_DELAY_MS,
+      connectionTimeoutMillis: Math.min(Math.max(deadline - Date.now(), 1000), 10000)
+    })
     try {
       await client.connect()
       return client
@@ -75,14 +122,34 @@ export async function connectPostgres (url: string, timeoutMs: number): Promise<
 }
 
 /** `where: [3].field: problem` becomes `table t, row key "x": field: problem`: the row, by its key. */
-function locateRow (error: unknown, table: string, keyOf: (index: number) => string): never {
-  if (!(error instanceof DataError)) throw error
-  const match = /^[^:]+: \[(\d+)\]\.?(.*)$/.exec(error.message)
-  if (!match) throw new DataError(`table ${table}: ${error.message.replace(/^[^:]+: /, '')}`)
+function rowMessage (message: string, table: string, keyOf: (index: number) => string): string {
+  const match = /^[^:]+: \[(\d+)\]\.?(.*)$/.exec(message)
+  if (!match) return `table ${table}: ${message.replace(/^[^:]+: /, '')}`
   let rest = match[2]!
   // A key hash is a secret, whatever it holds: never echoed.
   if (table === 'keys' && rest.startsWith('sha256:')) rest = 'sha256: is not a lowercase hex SHA-256'
-  throw new DataError(`table ${table}, row ${keyOf(Number(match[1]))}: ${rest}`)
+  return `table ${table}, row ${keyOf(Number(match[1]))}: ${rest}`
+}
+
+function locateRow (error: unknown, table: string, keyOf: (index: number) => string): never {
+  if (!(error instanceof DataError)) throw error
+  throw new DataError(rowMessage(error.message, table, keyOf))
+}
+
+/**
+ * Where a read puts the rows it refuses one by one: at start (no `served`) a bad row stops the
+ * start; on a change it is noted, and its record keeps the version served.
+ */
+class Refusals {
+  readonly problems: string[] = []
+  readonly keys = new Set<string>()
+  constructor (readonly atStart: boolean) {}
+
+  refuse (key: string, problem: string) {
+    if (this.atStart) throw new DataError(problem)
+    this.keys.add(key)
+    this.problems.push(problem)
+  }
 }
 
 /** Copies `object` with `keys` first, in that order (jsonb keeps keys in an order of its own). */
@@ -180,6 +247,8 @@ function rowsOf (client: pg.ClientBase, query: { text: string, values?: unknown[
  */
 async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all', current: Snapshot | undefined): Promise<PartChange<'keys'>> {
   const columns = 'SELECT name, sha256, kind, organization_id FROM keys'
+  const served = current?.parts.keys.byKey
+  const refusals = new Refusals(served === undefined)
   let index = 0
   const read = async (add: (key: ApiKey) => void) => {
     // In no order: a key table has none, and reading the table in its own order spares an index scan.
@@ -189,23 +258,28 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
       for (const [name, sha256, kind, organization] of rows as string[][]) {
         const key = { name: name!, sha256: sha256!, kind: kind as ApiKey['kind'], organization_id: organization! }
         const problem = recordProblem('keys', key, index++)
-        if (problem !== undefined) locateRow(new DataError(`keys: ${problem}`), 'keys', () => `name ${quoteValue(name)}`)
-        add(key)
+        if (problem === undefined) add(key)
+        else {
+          refusals.refuse(name!, rowMessage(`keys: ${problem}`, 'keys', () => `name ${quoteValue(name)}`))
+          // A whole read keeps the version served; a read of names leaves the name out of its change.
+          const last = served?.get(name!)
+          if (names === 'all' && last !== undefined) add(last)
+        }
       }
     }
   }
-  if (names === 'all') return { ...await readKeyChange(current?.parts.keys, 'table keys', read), rowsRead: index }
+  if (names === 'all') return { ...await readKeyChange(current?.parts.keys, 'table keys', read), rowsRead: index, refused: refusals.problems }
   const found: ApiKey[] = []
   await read((key) => found.push(key))
   const present = new Set(found.map((key) => key.name))
-  return { kind: 'keys', upsert: found, remove: names.filter((name) => !present.has(name)), rowsRead: index }
+  return { kind: 'keys', upsert: found, remove: names.filter((name) => !present.has(name) && !refusals.keys.has(name)), rowsRead: index, refused: refusals.problems }
 }
 
 /**
  * Organizations' ids and names, validated (their members apart: readMembers checks them), a batch
  * at a time: a hundred thousand of them would otherwise be parsed and checked in one go.
  */
-async function readOrganizationList (client: pg.ClientBase, ids: readonly string[] | 'all'): Promise<Array<{ id: string, name: string }>> {
+async function readOrganizationList (client: pg.ClientBase, ids: readonly string[] | 'all', refusals: Refusals): Promise<Array<{ id: string, name: string }>> {
   const list: Array<{ id: string, name: string }> = []
   const query = ids === 'all'
     ? { text: 'SELECT id, name FROM organizations ORDER BY position, id' }
@@ -213,8 +287,8 @@ async function readOrganizationList (client: pg.ClientBase, ids: readonly string
   for await (const rows of rowsOf(client, query)) {
     for (const [id, name] of rows as Array<[string, string]>) {
       const problem = recordProblem('organizations', { id, name, members: [] }, list.length)
-      if (problem !== undefined) locateRow(new DataError(`organizations: ${problem}`), 'organizations', () => `id ${quoteValue(id)}`)
-      list.push({ id, name })
+      if (problem === undefined) list.push({ id, name })
+      else refusals.refuse(id, rowMessage(`organizations: ${problem}`, 'organizations', () => `id ${quoteValue(id)}`))
     }
   }
   return list
@@ -229,6 +303,14 @@ type SortKey = readonly [position: string | null, id: string]
  * `row` (its row alone changed: keep its members).
  */
 type MemberChange = SortKey[] | 'whole' | 'row'
+
+/**
+ * More sort keys than this noted for one organization before it is read, or more of its blocks
+ * than a quarter to read again around them, and it is read whole: a partial read never costs more
+ * than a whole one, however many changes pile up while a read runs.
+ */
+const MEMBER_KEYS_MAX = 256
+const BLOCKS_SHARE_MAX = 0.25
 
 /**
  * Where each block of a list ends in page order (the sort key of its last member), for lists of
@@ -328,17 +410,19 @@ async function noteBounds (client: pg.ClientBase, organization: string, list: Me
  * equal to blocks of `shared` are shared with them. Runs inside read()'s transaction, which the
  * cursor lives in. Answers the lists and the rows read.
  */
-async function readMembers (client: pg.ClientBase, ids: readonly string[] | 'all', shared?: ReadonlyMap<number, Block>) {
+async function readMembers (client: pg.ClientBase, ids: readonly string[] | 'all', refusals: Refusals, shared?: ReadonlyMap<number, Block>) {
   const lists = new Map<string, MemberList>()
   const large: Array<[string, { list: MemberList, ends?: BlockEnds }]> = []
   const query = ids === 'all'
     ? { text: `SELECT ${MEMBER_COLUMNS} FROM members ${PAGE_ORDER}` }
     : { text: `SELECT ${MEMBER_COLUMNS} FROM members WHERE organization_id = ANY($1) ${PAGE_ORDER}`, values: [ids] }
+  // Undefined while the rows of an organization refused are passed over.
   let builder: RowListBuilder | undefined
   let listOf: string | undefined
   let count = 0
   const finish = () => {
-    const finished = builder!.finish()
+    if (builder === undefined) return
+    const finished = builder.finish()
     lists.set(listOf!, finished.list)
     if (finished.ends) large.push([listOf!, finished])
   }
@@ -346,16 +430,30 @@ async function readMembers (client: pg.ClientBase, ids: readonly string[] | 'all
     count += rows.length
     for (const row of rows) {
       if (row[0] !== listOf) {
-        if (builder) finish()
+        finish()
         listOf = row[0]!
         builder = new RowListBuilder(shared)
       }
-      builder!.add(row)
+      try {
+        builder?.add(row)
+      } catch (error) {
+        if (!(error instanceof DataError)) throw error
+        // A bad member refuses its organization alone.
+        refusals.refuse(listOf!, error.message)
+        builder = undefined
+      }
     }
   }
-  if (builder) finish()
+  finish()
   for (const [organization, { list, ends }] of large) await noteBounds(client, organization, list, ends!)
   return { lists, count }
+}
+
+/** One organization's members read whole, and the rows read; undefined when a bad row refused it. */
+async function readWhole (client: pg.ClientBase, organization: string, refusals: Refusals, shared: ReadonlyMap<number, Block>) {
+  const { lists, count } = await readMembers(client, [organization], refusals, shared)
+  if (refusals.keys.has(organization)) return undefined
+  return { list: lists.get(organization) ?? MemberList.of([]), count }
 }
 
 /**
@@ -393,14 +491,18 @@ function rangeQueries (organization: string, lower: SortKey | undefined, upper: 
  */
 async function readAround (client: pg.ClientBase, organization: string, list: MemberList, changed: readonly SortKey[]) {
   const bounds = boundsOf.get(list)!
-  // The block each sort key falls in: the first whose last member does not come before it (none: the last block).
-  const { rows: located } = await client.query<{ block: number | null }>(`SELECT DISTINCT (
-      SELECT min(bound.ord) FROM unnest($3::bigint[], $4::text[]) WITH ORDINALITY AS bound(position, id, ord)
-      WHERE (key.position IS NULL, coalesce(key.position, 0), key.id) <= (bound.position IS NULL, coalesce(bound.position, 0), bound.id)
-    ) AS block FROM unnest($1::bigint[], $2::text[]) AS key(position, id)`,
+  // The block each sort key falls in: the first whose last member does not come before it, that is
+  // the number of bounds sorted before the key (past the last bound: the last block). One sort of
+  // keys and bounds together, in the database's collation, as the page order is.
+  const { rows: located } = await client.query<{ block: number }>(`SELECT DISTINCT block FROM (
+      SELECT side, count(*) FILTER (WHERE side = 1) OVER (ORDER BY position IS NULL, position, id, side ROWS UNBOUNDED PRECEDING) AS block
+      FROM (SELECT 0 AS side, position, id FROM unnest($1::bigint[], $2::text[]) AS key(position, id)
+        UNION ALL SELECT 1, position, id FROM unnest($3::bigint[], $4::text[]) AS bound(position, id)) AS sort_keys
+    ) AS counted WHERE side = 0`,
   [changed.map((key) => key[0]), changed.map((key) => key[1]), bounds.map((key) => key[0]), bounds.map((key) => key[1])])
   const last = bounds.length - 1
-  const affected = new Set(located.map(({ block }) => block === null ? last : block - 1))
+  const affected = new Set(located.map(({ block }) => Math.min(Number(block), last)))
+  if (affected.size > bounds.length * BLOCKS_SHARE_MAX) return undefined
   const builder = new RowListBuilder(await blockIndex([{ members: list }]))
   let kept = 0
   let count = 0
@@ -427,6 +529,25 @@ async function readAround (client: pg.ClientBase, organization: string, list: Me
   return { list: next, count }
 }
 
+/** A key name or an organization id as a notice names it: text PostgreSQL can hold (no NUL), bounded. */
+const NoticeName = Type.String({ maxLength: 1024, pattern: '^[^\\u0000]*$' })
+const NoticeNames = Type.Union([Type.Array(NoticeName, { maxItems: 10_000 }), Type.Null()])
+
+/** What the triggers of postgres-schema.ts send, and nothing else. */
+const checkNotice = TypeCompiler.Compile(Type.Union([
+  Type.Object({ table: Type.Literal(KINDS.keys.table), names: Type.Optional(NoticeNames) }),
+  Type.Object({ table: Type.Literal(KINDS.organizations.table), ids: Type.Optional(NoticeNames) }),
+  Type.Object({
+    table: Type.Literal('members'),
+    organization_ids: Type.Optional(NoticeNames),
+    // Organization, position (a bigint, as text) and id of each member named.
+    members: Type.Optional(Type.Union([Type.Array(Type.Tuple([NoticeName, Type.Union([Type.String({ pattern: '^-?[0-9]{1,19}$' }), Type.Null()]), NoticeName]), { maxItems: 1000 }), Type.Null()]))
+  }),
+  Type.Object({ table: Type.Union([Type.Literal(KINDS.providers.table), Type.Literal(KINDS.endpoints.table)]) })
+]))
+
+const KIND_OF_TABLE = new Map<string, RecordKind>(RECORD_KINDS.map((kind) => [KINDS[kind].table, kind]))
+
 /** A read asked of the source, waiting for the transaction of its turn. */
 interface Job {
   kind: RecordKind
@@ -451,16 +572,42 @@ const READ_ORDER: RecordKind[] = ['keys', 'providers', 'endpoints', 'organizatio
  */
 export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, connectTimeoutMs: number }): Source {
   const location = locationOf(url)
-  // A connection per batch of reads at once, and the listening one apart.
-  const pool = new pg.Pool({ connectionString: url, types, max: RECORD_KINDS.length, keepAlive: true, connectionTimeoutMillis: 10000 })
+  // A connection per batch of reads at once (a whole read and a read of named records of each kind
+  // at most), and the listening one apart.
+  const pool = new pg.Pool({
+    connectionString: url,
+    types,
+    Client: SocketClient,
+    max: RECORD_KINDS.length * 2,
+    keepAlive: true,
+    keepAliveInitialDelayMillis: KEEP_ALIVE_DELAY_MS,
+    connectionTimeoutMillis: 10000,
+    statement_timeout: STATEMENT_TIMEOUT_MS
+  })
   // An idle connection cut by the server: the pool drops it; the listening connection says what it means.
   pool.on('error', () => {})
+  const pooled = new Set<SocketClient>()
+  pool.on('connect', (client) => pooled.add(client as unknown as SocketClient))
+  pool.on('remove', (client) => pooled.delete(client as unknown as SocketClient))
 
   let events: SourceEvents | undefined
-  let listening: pg.Client | undefined
+  /** What was noticed before the changes are followed (watch), told then. */
+  const early: Array<(events: SourceEvents) => void> = []
+  let earlyOverflow = false
+  let listening: SocketClient | undefined
   let connecting: Promise<void> | undefined
   let batch: Job[] | undefined
   let closed = false
+
+  /** Tells the lifecycle, or keeps it for when it follows: nothing noticed between LISTEN and serving is lost. */
+  function tell (what: (events: SourceEvents) => void) {
+    if (events !== undefined) return what(events)
+    if (early.length < EARLY_MAX) early.push(what)
+    else {
+      early.length = 0
+      earlyOverflow = true
+    }
+  }
 
   async function listen (timeoutMs: number) {
     const client = await connectPostgres(url, timeoutMs)
@@ -470,11 +617,27 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
     try {
       await client.query(`LISTEN ${CHANNEL}`)
     } catch (error) {
-      await client.end().catch(() => {})
+      client.socket.destroy()
       throw error
     }
-    if (closed) await client.end()
-    else listening = client
+    if (closed) client.socket.destroy()
+    else {
+      listening = client
+      checkAlive(client)
+    }
+  }
+
+  /** A round trip on the listening connection every CHECK_EVERY_MS; no answer within CHECK_DEADLINE_MS is a lost connection. */
+  function checkAlive (client: SocketClient) {
+    const timer = setTimeout(() => {
+      if (closed || client !== listening) return
+      const deadline = setTimeout(() => connectionLost(client, new Error(`no answer to a check within ${CHECK_DEADLINE_MS} ms`)), CHECK_DEADLINE_MS)
+      client.query('SELECT 1').then(() => {
+        clearTimeout(deadline)
+        if (!closed && client === listening) timer.refresh()
+      }, () => clearTimeout(deadline))
+    }, CHECK_EVERY_MS)
+    timer.unref()
   }
 
   /**
@@ -500,12 +663,11 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
     return taken
   }
 
-  function noteMembers (ids: readonly string[], named: unknown) {
+  function noteMembers (ids: readonly string[], named: ReadonlyArray<readonly [string, string | null, string]> | undefined) {
     const byOrganization = new Map<string, SortKey[]>()
-    const valid = Array.isArray(named) && named.every((row) => Array.isArray(row) && typeof row[0] === 'string' &&
-      (typeof row[1] === 'string' || row[1] === null) && typeof row[2] === 'string')
+    const valid = named !== undefined
     if (valid) {
-      for (const [organization, position, id] of named as Array<[string, string | null, string]>) {
+      for (const [organization, position, id] of named) {
         const keys = byOrganization.get(organization) ?? []
         keys.push([position, id])
         byOrganization.set(organization, keys)
@@ -514,35 +676,47 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
     for (const id of ids) {
       const before = memberChanges.get(id)
       const keys = byOrganization.get(id)
-      if (!valid || keys === undefined) memberChanges.set(id, 'whole')
-      else if (before !== 'whole') memberChanges.set(id, Array.isArray(before) ? [...before, ...keys] : keys)
+      const after = Array.isArray(before) ? [...before, ...keys ?? []] : keys
+      if (!valid || after === undefined || before === 'whole' || after.length > MEMBER_KEYS_MAX) memberChanges.set(id, 'whole')
+      else memberChanges.set(id, after)
     }
   }
 
   function noteChange (payload: string | undefined) {
-    let change: { table?: string, names?: string[] | null, ids?: string[] | null, organization_ids?: string[] | null, members?: unknown }
+    let notice: unknown
     try {
-      change = JSON.parse(payload ?? '')
+      notice = JSON.parse(payload ?? '')
     } catch {
-      change = {}
+      notice = undefined
     }
-    const { table } = change
-    if (table === 'members') {
-      if (change.organization_ids) noteMembers(change.organization_ids, change.members)
-      events?.changed('organizations', change.organization_ids ?? undefined)
-    } else if (table === 'organizations') {
-      for (const id of change.ids ?? []) if (!memberChanges.has(id)) memberChanges.set(id, 'row')
-      events?.changed('organizations', change.ids ?? undefined)
-    } else if (table === 'keys') events?.changed('keys', change.names ?? undefined)
-    else if (table === 'providers' || table === 'endpoints') events?.changed(table)
-    else for (const kind of RECORD_KINDS) events?.changed(kind)
+    // Anyone who can connect to the database can NOTIFY on the channel: a notice is checked before use.
+    if (!checkNotice.Check(notice)) {
+      tell((events) => events.ignored(`${quoteValue(payload)} is not a notice of the directory's triggers`))
+      return
+    }
+    const kind = KIND_OF_TABLE.get(notice.table)
+    if (notice.table === 'members') {
+      const ids = notice.organization_ids ?? undefined
+      if (ids !== undefined) noteMembers(ids, notice.members ?? undefined)
+      tell((events) => events.changed('organizations', ids))
+    } else if (kind === 'organizations' && 'ids' in notice) {
+      const ids = notice.ids ?? undefined
+      for (const id of ids ?? []) if (!memberChanges.has(id)) memberChanges.set(id, 'row')
+      tell((events) => events.changed(kind, ids))
+    } else if (kind === 'keys' && 'names' in notice) {
+      const names = notice.names ?? undefined
+      tell((events) => events.changed(kind, names))
+    } else if (kind !== undefined) tell((events) => events.changed(kind))
   }
 
-  function connectionLost (client: pg.Client, error: Error) {
+  function connectionLost (client: SocketClient, error: Error) {
     if (closed || client !== listening) return
     listening = undefined
-    client.end().catch(() => {})
-    events?.following(false, new Error(`lost the connection to PostgreSQL at ${location} (${describe(error)})`))
+    // Whatever cut this one (a server restart, a frozen network) took the reads' connections with it:
+    // a read on one would wait for an answer that never comes.
+    client.socket.destroy()
+    for (const other of pooled) other.socket.destroy()
+    tell((events) => events.following(false, new Error(`lost the connection to PostgreSQL at ${location} (${describe(error)})`)))
     void reconnect()
   }
 
@@ -557,14 +731,18 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
       }
     }
     if (closed) return
-    events?.following(true)
-    // Whatever changed meanwhile was not notified to us: read everything.
-    for (const kind of RECORD_KINDS) events?.changed(kind)
+    tell((events) => {
+      events.following(true)
+      // Whatever changed meanwhile was not notified to us: read everything.
+      for (const kind of RECORD_KINDS) events.changed(kind)
+    })
   }
 
   /** Runs `read` in a read-only REPEATABLE READ transaction: the rows it reads agree with each other. */
   async function inTransaction<T> (read: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     const client = await pool.connect()
+    const { socket } = client as unknown as SocketClient
+    socket.setTimeout(READ_STALL_MS)
     let broken = false
     // The connection cut between two queries (the server restarted or ended the session, a proxy
     // hung up): the client says so with an 'error' event, which the pool stops listening to while
@@ -580,6 +758,7 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
       broken = true
       throw error
     } finally {
+      socket.setTimeout(0)
       client.off('error', lost)
       // A connection left in a failed transaction (or a broken one) is closed, not reused.
       client.release(broken)
@@ -591,31 +770,41 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
    * members (an organization not in it is read whole).
    */
   async function readOrganizations (client: pg.ClientBase, ids: readonly string[] | 'all', current: Snapshot | undefined, changes: ReadonlyMap<string, MemberChange>) {
-    const list = await readOrganizationList(client, ids)
     const before = current?.parts.organizations.byKey
+    const refusals = new Refusals(before === undefined)
+    const list = await readOrganizationList(client, ids, refusals)
     // Those whose members need not be read whole: their row alone changed, or a few members of a large one.
     const partly = new Map<string, SortKey[] | 'row'>()
     for (const [id, change] of changes) {
       const members = before?.get(id)?.members
       if (members === undefined || change === 'whole') continue
-      if (change === 'row' || boundsOf.has(members)) partly.set(id, change)
+      if (change === 'row' || (boundsOf.has(members) && change.length <= MEMBER_KEYS_MAX)) partly.set(id, change)
     }
     const whole = ids === 'all' ? 'all' : ids.filter((id) => !partly.has(id))
     // The blocks of the organizations read again, for their new lists to share.
     const previous = before === undefined ? undefined : await blockIndex(whole === 'all' ? before.values() : whole.map((id) => before.get(id)))
-    const { lists, count } = list.length > 0 && whole.length > 0 ? await readMembers(client, whole, previous) : { lists: new Map<string, MemberList>(), count: 0 }
+    const { lists, count } = list.length > 0 && whole.length > 0 ? await readMembers(client, whole, refusals, previous) : { lists: new Map<string, MemberList>(), count: 0 }
     let rows = list.length + count
     const organizations: Organization[] = []
     const slicer = createSlicer()
     for (const { id, name } of list) {
+      if (refusals.keys.has(id)) continue
       const change = partly.get(id)
       const old = before?.get(id)?.members
       let members = lists.get(id) ?? MemberList.of([])
       if (change === 'row') members = old!
       else if (change !== undefined) {
-        const around = await readAround(client, id, old!, change)
-        members = around.list
-        rows += around.count
+        try {
+          // Too many blocks to read again: the organization whole.
+          const around = await readAround(client, id, old!, change) ?? await readWhole(client, id, refusals, await blockIndex([before!.get(id)]))
+          if (around === undefined) continue
+          members = around.list
+          rows += around.count
+        } catch (error) {
+          if (!(error instanceof DataError)) throw error
+          refusals.refuse(id, error.message)
+          continue
+        }
       }
       // The same members in the same order: the snapshot keeps the list it has (snapshot.ts), whose
       // blocks may now end at other positions (renumbered in place). It takes the bounds just read.
@@ -628,7 +817,9 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
       organizations.push({ id, name, members })
       if (slicer.due()) await slicer.pause()
     }
-    return { organizations, rows }
+    // A whole read keeps the version served of each organization refused; a read of ids leaves them out of its change.
+    if (ids === 'all') for (const id of refusals.keys) { const last = before?.get(id); if (last !== undefined) organizations.push(last) }
+    return { organizations, rows, refusals }
   }
 
   async function readKind (client: pg.ClientBase, job: Job): Promise<PartChange> {
@@ -647,10 +838,10 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
         return await readKeys(client, keys, current)
       }
       case 'organizations': {
-        const { organizations, rows } = await readOrganizations(client, keys, current, job.memberChanges ?? new Map())
-        if (keys === 'all') return { kind, all: organizations, rowsRead: rows }
+        const { organizations, rows, refusals } = await readOrganizations(client, keys, current, job.memberChanges ?? new Map())
+        if (keys === 'all') return { kind, all: organizations, rowsRead: rows, refused: refusals.problems }
         const present = new Set(organizations.map((organization) => organization.id))
-        return { kind, upsert: organizations, remove: keys.filter((id) => !present.has(id)), rowsRead: rows }
+        return { kind, upsert: organizations, remove: keys.filter((id) => !present.has(id) && !refusals.keys.has(id)), rowsRead: rows, refused: refusals.problems }
       }
     }
   }
@@ -662,7 +853,8 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
    * with a large reload does not wait for it.
    */
   async function readBatch (jobs: Job[]) {
-    jobs.sort((a, b) => READ_ORDER.indexOf(a.kind) - READ_ORDER.indexOf(b.kind))
+    // Named records first (a revocation), then whole kinds, each in READ_ORDER.
+    jobs.sort((a, b) => Number(a.keys === 'all') - Number(b.keys === 'all') || READ_ORDER.indexOf(a.kind) - READ_ORDER.indexOf(b.kind))
     try {
       await inTransaction(async (client) => {
         for (const job of jobs) {
@@ -716,10 +908,14 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
     },
     watch (handlers) {
       events = handlers
+      if (earlyOverflow) for (const kind of RECORD_KINDS) handlers.changed(kind)
+      for (const what of early.splice(0)) what(handlers)
     },
     async close () {
       closed = true
-      await listening?.end().catch(() => {})
+      // A graceful end, unless the connection does not answer.
+      if (listening !== undefined) await Promise.race([listening.end().catch(() => {}), sleep(1000)])
+      listening?.socket.destroy()
       await pool.end()
     }
   }

@@ -479,3 +479,134 @@ describe('following changes', () => {
     await until((data) => data.organizations.every((organization) => organization.id === 'org_alpha' || organization.members.slice(0, 1)[0]?.first_name === 'Renamed'))
   }, 60_000)
 })
+
+describe('notices and reads that another role or the network spoils', () => {
+  beforeEach(() => importData(makeData()))
+  const notify = (payload: string) => admin.query('SELECT pg_notify($1, $2)', ['model_gateway_directory', payload])
+
+  it('ignores notices of the wrong shape from any role, says so, reads nothing for them, and follows the next real change', async () => {
+    const { app, until, installs, warnings } = await follow()
+    for (const payload of ['null', '5', 'not json', '{}', '{"table":"nope"}', '{"table":"keys","names":5}', '{"table":"keys","names":[5]}',
+      '{"table":"organizations","ids":5}', '{"table":"members","organization_ids":5}', '{"table":"members","organization_ids":["org_beta"],"members":[[1,2]]}']) {
+      await notify(payload)
+    }
+    await expect.poll(() => warnings.filter((warning) => warning.startsWith('notice ignored')).length).toBeGreaterThan(0)
+    await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+    await until((data) => data.keys.length === 3)
+    expect(await installs(1)).toBe(1)
+    expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(401)
+  })
+
+  it('installs a revocation committed after LISTEN and before the changes are followed', async () => {
+    const lifecycle = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
+    lifecycles.push(lifecycle)
+    await lifecycle.load()
+    await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+    // The notice reaches the replica before it follows changes (as while a replica builds its app).
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    const { until } = watchLifecycle(lifecycle)
+    await until((data) => data.keys.length === 3)
+  })
+
+  it('revokes keys and follows organizations after notices name rows no table can hold', async () => {
+    const { until, app } = await follow()
+    await notify(JSON.stringify({ table: 'keys', names: ['\u0000'] }))
+    await notify(JSON.stringify({ table: 'members', organization_ids: ['\u0000'] }))
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+    await admin.query("UPDATE organizations SET name = 'Beta 2' WHERE id = 'org_beta'")
+    await until((data) => data.keys.length === 3 && data.organizations[1]?.name === 'Beta 2')
+    expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(401)
+  })
+
+  it('finds a connection frozen by the network, says so, reconnects and reads what it missed', async () => {
+    const proxy = await latencyProxy(url, 0)
+    try {
+      const { until, following } = await follow(proxy.url)
+      proxy.freeze()
+      await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+      expect(await following(false)).toMatch(/PostgreSQL/)
+      await until((data) => data.keys.length === 3)
+      await following(true)
+    } finally {
+      await Promise.all(lifecycles.splice(0).map((lifecycle) => lifecycle.close()))
+      await proxy.close()
+    }
+  }, 40_000)
+
+  it('revokes a key deleted at once after a statement that reads a large organization again', async () => {
+    await admin.query("INSERT INTO organizations (id, name) VALUES ('org_big', 'Big')")
+    await admin.query(`INSERT INTO members (organization_id, id, position, email, role)
+      SELECT 'org_big', 'user_' || i, i, 'user' || i || '@big.example', 'org:member' FROM generate_series(1, 200000) AS i`)
+    const { lifecycle, until } = await follow()
+    const bigRead = () => lifecycle.current().parts.organizations.byKey.get('org_big')!.members.slice(0, 1)[0]!.first_name
+    await admin.query("UPDATE members SET first_name = 'Renamed' WHERE organization_id = 'org_big'")
+    await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+    await until((data) => data.keys.length === 3)
+    // Installed before the organization's members, read in the same turn, were.
+    expect(bigRead()).toBeNull()
+    await expect.poll(bigRead, { timeout: 20_000 }).toBe('Renamed')
+  }, 60_000)
+
+  it('revokes a key while the keys are read whole, and keeps the revocation once the whole read installs', async () => {
+    await admin.query(`INSERT INTO keys SELECT 'many-' || i, encode(sha256(('many-' || i)::bytea), 'hex'), 'standard', 'org_alpha' FROM generate_series(1, 300000) AS i`)
+    const { lifecycle } = await follow()
+    // Too many to name: the keys are read whole; the revocation after it is read on its own.
+    await admin.query(`INSERT INTO keys SELECT 'more-' || i, encode(sha256(('more-' || i)::bytea), 'hex'), 'standard', 'org_alpha' FROM generate_series(1, 5000) AS i`)
+    await new Promise((resolve) => setTimeout(resolve, 30))
+    await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+    await expect.poll(() => lifecycle.current().parts.keys.byKey.get('alpha-standard'), { timeout: 20_000, interval: 5 }).toBeUndefined()
+    expect(lifecycle.current().counts().keys).toBe(300_003)
+    await expect.poll(() => lifecycle.current().counts().keys, { timeout: 20_000 }).toBe(305_003)
+    expect(lifecycle.current().parts.keys.byKey.get('alpha-standard')).toBeUndefined()
+  }, 60_000)
+
+  it('never installs a key ahead of the organization created before it, and refuses a bad member row alone', async () => {
+    await admin.query(`INSERT INTO organizations (id, position, name) SELECT 'org_' || i, i, 'Org ' || i FROM generate_series(1, 20000) AS i`)
+    await admin.query(`INSERT INTO members (organization_id, id, position, email, role)
+      SELECT 'org_' || i, 'user_' || m, m, 'user' || m || '@org' || i || '.example', 'org:member' FROM generate_series(1, 20000) AS i, generate_series(1, 10) AS m`)
+    const lifecycle = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
+    lifecycles.push(lifecycle)
+    await lifecycle.load()
+    const orphans: string[] = []
+    const refusals: string[] = []
+    lifecycle.follow({
+      info (_object, message) {
+        if (message !== 'change installed') return
+        const key = lifecycle.current().parts.keys.byKey.get('alpha-standard')!
+        if (lifecycle.current().parts.organizations.byKey.get(key.organization_id) === undefined) orphans.push(key.organization_id)
+      },
+      error (object: { problem?: string }) { refusals.push(object.problem ?? '') },
+      warn () {}
+    })
+    // A bad member row the schema refuses and SQL lets pass (U+00A0 in an e-mail).
+    await admin.query('ALTER TABLE members DROP CONSTRAINT members_email_check')
+    await admin.query("UPDATE members SET email = 'a\u00a0b@x.example' WHERE organization_id = 'org_7' AND id = 'user_1'")
+    await expect.poll(() => refusals.length).toBeGreaterThan(0)
+    // Every organization read again, then one created, and a key moved into it.
+    await admin.query("UPDATE members SET first_name = 'Renamed' WHERE organization_id <> 'org_alpha'")
+    await admin.query("INSERT INTO organizations (id, name) VALUES ('org_fresh', 'Fresh')")
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    await admin.query("UPDATE keys SET organization_id = 'org_fresh' WHERE name = 'alpha-standard'")
+    await expect.poll(() => lifecycle.current().parts.keys.byKey.get('alpha-standard')!.organization_id, { timeout: 20_000 }).toBe('org_fresh')
+    expect(orphans).toEqual([])
+    // The other organizations' changes went in; the bad one keeps its last good record.
+    await expect.poll(() => lifecycle.current().parts.organizations.byKey.get('org_8')!.members.slice(0, 1)[0]!.first_name, { timeout: 20_000 }).toBe('Renamed')
+    expect(lifecycle.current().parts.organizations.byKey.get('org_7')!.members.slice(0, 1)[0]!.first_name).toBeNull()
+    expect(refusals[0]).toBe('table members, row organization_id "org_7", id "user_1": email: "a\u00a0b@x.example" is not an e-mail address')
+  }, 60_000)
+
+  it('reads a large organization whole when more of its members changed than a partial read is worth', async () => {
+    const size = 50_000
+    await admin.query("INSERT INTO organizations (id, name) VALUES ('org_big', 'Big')")
+    await admin.query(`INSERT INTO members (organization_id, id, position, email, role)
+      SELECT 'org_big', 'user_' || i, i * 10, 'user' || i || '@big.example', 'org:member' FROM generate_series(1, ${size}) AS i`)
+    const { until, rowsRead } = await follow()
+    // Notices that name members, 300 of them spread over the list, in one transaction: read together.
+    await admin.query('BEGIN')
+    for (let i = 0; i < 300; i++) await admin.query(`UPDATE members SET email = 'changed@big.example' WHERE organization_id = 'org_big' AND id = 'user_${1 + i * 160}'`)
+    await admin.query('COMMIT')
+    await until((data) => data.organizations.find((organization) => organization.id === 'org_big')!.members.slice(0, 1)[0]!.email === 'changed@big.example')
+    expect(rowsRead.at(-1)!.organizations).toBe(1 + size)
+  }, 60_000)
+})

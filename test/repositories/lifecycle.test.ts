@@ -1,0 +1,113 @@
+import { afterEach, describe, expect, it } from 'vitest'
+import { createLifecycle, type Lifecycle } from '../../src/repositories/lifecycle.js'
+import type { RecordKind } from '../../src/repositories/records.js'
+import type { Source, SourceEvents } from '../../src/repositories/source.js'
+import type { PartChange } from '../../src/repositories/snapshot.js'
+import type { ApiKey } from '../../src/schemas/fixtures.js'
+import { makeData, watchLifecycle } from '../helper.js'
+
+/**
+ * A Source over records held in memory, for the lifecycle's own tests: it reads what it holds when
+ * asked, names what changed, and lets a test hold a read (`gate`) or make reads fail (`failing`).
+ */
+function memorySource () {
+  const data = makeData()
+  const records = Object.fromEntries(Object.entries(data).map(([kind, list]) => [kind, [...list]])) as unknown as { [K in RecordKind]: Array<Record<string, unknown>> }
+  const keyOf: { [K in RecordKind]: string } = { providers: 'slug', endpoints: 'name', organizations: 'id', keys: 'name' }
+  let events: SourceEvents | undefined
+  const reads: Array<{ kind: RecordKind, keys: readonly string[] | 'all' }> = []
+  const source = {
+    records,
+    reads,
+    /** Holds the reads of a kind (whole or named) until the promise given resolves. */
+    gates: new Map<string, Promise<void>>(),
+    /** Reads of names that fail, as a name no table can hold makes them fail. */
+    failing: new Set<string>(),
+    change (kind: RecordKind, keys?: string[]) { events!.changed(kind, keys) },
+    name: 'memory',
+    location: 'memory',
+    async read<K extends RecordKind> (kind: K, keys: readonly string[] | 'all'): Promise<PartChange<K>> {
+      reads.push({ kind, keys })
+      const snapshot = records[kind].slice()
+      await source.gates.get(`${kind}:${keys === 'all' ? 'all' : 'named'}`)
+      if (keys === 'all') return { kind, all: snapshot } as unknown as PartChange<K>
+      if (keys.some((key) => source.failing.has(key))) throw new Error('invalid byte sequence for encoding "UTF8": 0x00')
+      const upsert = snapshot.filter((record) => keys.includes(record[keyOf[kind]] as string))
+      return { kind, upsert, remove: keys.filter((key) => !upsert.some((record) => record[keyOf[kind]] === key)) } as unknown as PartChange<K>
+    },
+    watch (handlers: SourceEvents) { events = handlers },
+    async close () {}
+  } satisfies Source & Record<string, unknown>
+  return source
+}
+
+let lifecycle: Lifecycle | undefined
+afterEach(() => lifecycle?.close())
+
+async function follow (source: ReturnType<typeof memorySource>) {
+  lifecycle = createLifecycle(source)
+  await lifecycle.load()
+  return { lifecycle, ...watchLifecycle(lifecycle) }
+}
+
+const key = (name: string, organization = 'org_alpha'): ApiKey => ({ name, sha256: name.padEnd(64, '0').replace(/[^0-9a-f]/g, 'a'), kind: 'standard', organization_id: organization })
+
+describe('the lifecycle of the data', () => {
+  it('reads the kind whole once a read of named records has failed twice, so that a bad name holds back nothing', async () => {
+    const source = memorySource()
+    const { until, warnings } = await follow(source)
+    source.failing.add('\u0000')
+    source.change('keys', ['\u0000'])
+    source.records.keys = source.records.keys.filter((record) => record.name !== 'alpha-standard')
+    source.change('keys', ['alpha-standard'])
+    await until((data) => !data.keys.some((record) => record.name === 'alpha-standard'))
+    expect(warnings.length).toBeGreaterThanOrEqual(1)
+    expect(source.reads.at(-1)).toEqual({ kind: 'keys', keys: 'all' })
+    expect(lifecycle!.info().readFailures.keys).toBeGreaterThanOrEqual(1)
+  })
+
+  it('installs named records while a whole read of their kind is held, and the whole read keeps them when it installs', async () => {
+    const source = memorySource()
+    const { until } = await follow(source)
+    let release = () => {}
+    source.gates.set('keys:all', new Promise((resolve) => { release = resolve }))
+    source.records.keys.push(key('bulk-1'), key('bulk-2'))
+    source.change('keys')
+    await expect.poll(() => source.reads.some((read) => read.keys === 'all')).toBe(true)
+    // Read whole while alpha-standard still held: the whole read must not bring it back.
+    source.records.keys = source.records.keys.filter((record) => record.name !== 'alpha-standard')
+    source.change('keys', ['alpha-standard'])
+    await until((data) => !data.keys.some((record) => record.name === 'alpha-standard'))
+    expect(lifecycle!.current().counts().keys).toBe(3)
+    release()
+    await until((data) => data.keys.length === 5)
+    expect(lifecycle!.current().parts.keys.byKey.get('alpha-standard')).toBeUndefined()
+  })
+
+  it('holds a key whose organization is being read until the organization is installed', async () => {
+    const source = memorySource()
+    const orphans: string[] = []
+    lifecycle = createLifecycle(source)
+    await lifecycle.load()
+    lifecycle.follow({
+      info () {
+        const moved = lifecycle!.current().parts.keys.byKey.get('moved')
+        if (moved !== undefined && lifecycle!.current().parts.organizations.byKey.get(moved.organization_id) === undefined) orphans.push(moved.name)
+      },
+      error () {},
+      warn () {}
+    })
+    let release = () => {}
+    source.gates.set('organizations:named', new Promise((resolve) => { release = resolve }))
+    source.records.organizations.push({ id: 'org_new', name: 'New', members: [] })
+    source.change('organizations', ['org_new'])
+    source.records.keys.push(key('moved', 'org_new'))
+    source.change('keys', ['moved'])
+    await expect.poll(() => source.reads.filter((read) => read.kind === 'keys').length).toBe(1)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(lifecycle.current().parts.keys.byKey.get('moved')).toBeUndefined()
+    release()
+    await expect.poll(() => lifecycle!.current().parts.keys.byKey.get('moved')?.organization_id).toBe('org_new')
+    expect(orphans).toEqual([])
+  })
+})
