@@ -1,5 +1,5 @@
 import { watch, type FSWatcher } from 'node:fs'
-import { stat } from 'node:fs/promises'
+import { realpath, stat } from 'node:fs/promises'
 import { join } from 'node:path'
 import { DataError, KINDS, RECORD_KINDS, assertUnique, recordProblem, validateRecords, type DirectoryData, type Held, type RecordKind } from '../records.js'
 import { readJsonArray } from '../json-file.js'
@@ -23,6 +23,13 @@ const FOLDER_CHECK_MS = 1000
 
 /** Reads of a file that keeps changing while it is read, before it is taken as read. */
 const READ_ATTEMPTS = 5
+
+/**
+ * The link through which a Kubernetes ConfigMap or Secret volume (the kubelet's AtomicWriter) shows one
+ * generation of every file: the files are links through it, and it is swapped to the next generation's
+ * folder, written whole beside it, in one rename.
+ */
+const GENERATION_LINK = '..data'
 
 /** A file's identity, size and times: another signature means another content, or may. Empty when it cannot be read. */
 async function signatureOf (path: string) {
@@ -158,10 +165,59 @@ export function createFileSource (dir: string): Source {
     folderCheck.unref()
   }
 
+  /** The generation folder `..data` resolves to, shared by the reads that start in one turn of the event loop. */
+  let resolving: Promise<string | undefined> | undefined
+
+  /**
+   * The generation folder `..data` points at now, or undefined in a plain folder. Resolved once for the
+   * reads started in the same turn (the kinds of one swap, which the lifecycle reads together), so that
+   * they read the same generation, as the PostgreSQL source reads a turn's kinds in one transaction.
+   */
+  function generationNow () {
+    if (resolving === undefined) {
+      resolving = resolveGeneration()
+      setImmediate(() => { resolving = undefined })
+    }
+    return resolving
+  }
+
+  function resolveGeneration () {
+    // Not there, or not resolvable: a plain folder, whose files are checked for changes while read.
+    return realpath(join(dir, GENERATION_LINK)).catch(() => undefined)
+  }
+
+  /**
+   * A kind read from one generation of a Kubernetes volume. The kubelet writes a generation's folder whole
+   * before it swaps `..data` to it and never writes it again, so a file read from there is of that one
+   * generation however many swaps come meanwhile: there is nothing to check and nothing to read again,
+   * and a read of a few seconds installs its generation while swaps keep coming. The state names the
+   * generation for every kind: reads of one swap agree, and reads of two are torn (lifecycle.ts) and
+   * read again together, from the newest.
+   */
+  async function readGeneration<K extends RecordKind> (kind: K, generation: string, current: Snapshot | undefined): Promise<PartChange<K>> {
+    for (let attempt = 1; ; attempt++) {
+      const signature = await signatureOf(join(generation, KINDS[kind].file))
+      try {
+        const change = await readFile(generation, kind, current)
+        if (!seen.has(kind)) seen.set(kind, signature)
+        return { ...change, state: Object.fromEntries(RECORD_KINDS.map((other) => [other, generation])) as Record<RecordKind, string> }
+      } catch (error) {
+        // The kubelet removes a generation once the next is swapped in: a file opened after that (the
+        // start of a read, the second pass of a large change) is gone, not wrong. The newest is read instead.
+        const newest = await resolveGeneration()
+        if (attempt === READ_ATTEMPTS || newest === undefined || newest === generation) throw error
+        generation = newest
+      }
+    }
+  }
+
   return {
     name: 'files',
     location: dir,
     async read (kind, _keys, current) {
+      // Before any await: the reads the lifecycle starts together start in one turn, and share it.
+      const generation = await generationNow()
+      if (generation !== undefined) return await readGeneration(kind, generation, current)
       // A file that changed while it was read is read again: what was read may be half of two versions.
       const path = join(dir, KINDS[kind].file)
       for (let attempt = 1; ; attempt++) {

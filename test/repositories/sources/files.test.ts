@@ -1,12 +1,14 @@
+import { mkdirSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { mkdir, mkdtemp, rename, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../../../src/config.js'
 import { FIXTURE_FILES, createFileSource, loadFixtures } from '../../../src/repositories/sources/files.js'
 import { RECORD_KINDS, type DirectoryData } from '../../../src/repositories/records.js'
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
-import { makeData, makeEndpoint, makeMembers, makeProvider, recordsOf, watchLifecycle } from '../../helper.js'
+import { makeData, makeEndpoint, makeMembers, makeProvider, recordsOf, sha256, watchLifecycle } from '../../helper.js'
 
 let dir: string
 beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'fixtures-')) })
@@ -200,6 +202,47 @@ describe('following changes to the folder', () => {
     expect(moved()).toBe(true)
     expect(orphans).toEqual([])
   }, 30_000)
+
+  it('installs a generation while ..data is swapped again and again during its read', async () => {
+    // Enough keys that keys.json takes several swaps to read; every generation has one key of its own.
+    const keys = Buffer.from(JSON.stringify(Array.from({ length: 300_000 }, (_, i) => ({ name: `key-${i}`, sha256: sha256(`key-${i}`), kind: 'standard', organization_id: 'org_alpha' }))).slice(0, -1))
+    // Written at once, as by the kubelet, another process: not a chunk a turn of this one's event loop, which the read holds.
+    const publish = (n: number) => {
+      const data = makeData({ providers: [makeProvider(n)] })
+      mkdirSync(join(dir, `..gen_${n}`))
+      for (const kind of RECORD_KINDS) {
+        writeFileSync(join(dir, `..gen_${n}`, FIXTURE_FILES[kind]),
+          kind === 'keys' ? Buffer.concat([keys, Buffer.from(`,${JSON.stringify({ ...makeData().keys[0], name: `generation-${n}` })}]`)]) : JSON.stringify(data[kind]))
+      }
+      symlinkSync(`..gen_${n}`, join(dir, '..data_tmp'))
+      renameSync(join(dir, '..data_tmp'), join(dir, '..data'))
+      // The generation swapped out is removed at once, as the kubelet does.
+      if (n > 0) rmSync(join(dir, `..gen_${n - 1}`), { recursive: true })
+    }
+    publish(0)
+    await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', FIXTURE_FILES[kind]), join(dir, FIXTURE_FILES[kind]))))
+    await follow()
+
+    // A swap every 100 ms or so, until the test has what it waits for.
+    let swapping = true
+    const swaps = (async () => {
+      for (let n = 1; swapping; n++) {
+        publish(n)
+        await sleep(100)
+      }
+    })()
+    const served = () => lifecycle.current().parts.providers.records[0]!.slug
+    try {
+      await expect.poll(served, { timeout: 15_000, interval: 20 }).not.toBe('provider-0')
+    } finally {
+      swapping = false
+      await swaps
+    }
+    // One generation, whole: its providers with its keys.
+    const n = Number(served().slice('provider-'.length))
+    expect(lifecycle.current().parts.keys.byKey.get(`generation-${n}`)).toBeDefined()
+    expect(lifecycle.current().parts.keys.byKey.size).toBe(300_001)
+  }, 60_000)
 
   it('refuses a bad file alone, naming file, record and field, installs the other files changed, and installs the fix', async () => {
     await writeData(makeData())
