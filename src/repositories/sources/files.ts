@@ -190,9 +190,7 @@ export function createFileSource (dir: string): Source {
    * A kind read from one generation of a Kubernetes volume. The kubelet writes a generation's folder whole
    * before it swaps `..data` to it and never writes it again, so a file read from there is of that one
    * generation however many swaps come meanwhile: there is nothing to check and nothing to read again,
-   * and a read of a few seconds installs its generation while swaps keep coming. The state names the
-   * generation for every kind: reads of one swap agree, and reads of two are torn (lifecycle.ts) and
-   * read again together, from the newest.
+   * and a read of a few seconds installs its generation while swaps keep coming.
    */
   async function readGeneration<K extends RecordKind> (kind: K, generation: string, current: Snapshot | undefined): Promise<PartChange<K>> {
     for (let attempt = 1; ; attempt++) {
@@ -200,7 +198,7 @@ export function createFileSource (dir: string): Source {
       try {
         const change = await readFile(generation, kind, current)
         if (!seen.has(kind)) seen.set(kind, signature)
-        return { ...change, state: Object.fromEntries(RECORD_KINDS.map((other) => [other, generation])) as Record<RecordKind, string> }
+        return change
       } catch (error) {
         // The kubelet removes a generation once the next is swapped in: a file opened after that (the
         // start of a read, the second pass of a large change) is gone, not wrong. The newest is read instead.
@@ -227,11 +225,9 @@ export function createFileSource (dir: string): Source {
           throw error
         })
         if (change === undefined) continue
-        // Every file's signature once this one is read: the state this read belongs to (PartChange.state).
-        const after = await Promise.all(RECORD_KINDS.map((other) => signatureOf(join(dir, KINDS[other].file))))
-        if (attempt === READ_ATTEMPTS || before === after[RECORD_KINDS.indexOf(kind)]) {
+        if (attempt === READ_ATTEMPTS || before === await signatureOf(path)) {
           if (!seen.has(kind)) seen.set(kind, before)
-          return { ...change, state: Object.fromEntries(RECORD_KINDS.map((other, index) => [other, after[index]!])) as Record<RecordKind, string> }
+          return change
         }
       }
     },
