@@ -247,8 +247,10 @@ export function createLifecycle (source: Source) {
     for (const record of read.upsert) {
       const key = (record as Record<string, string>)[keyField]!
       waiting.delete(key)
-      if (referred.get((record as Record<string, string>)[refers.field]!) === undefined && busy(lanes[refers.kind as RecordKind])) waiting.set(key, record)
-      else now.push(record)
+      if (referred.get((record as Record<string, string>)[refers.field]!) === undefined && busy(lanes[refers.kind as RecordKind])) {
+        waiting.set(key, record)
+        lanes[kind].newer?.add(key)
+      } else now.push(record)
     }
     return { ...read, upsert: now }
   }
@@ -313,6 +315,12 @@ export function createLifecycle (source: Source) {
       rowsRead: read.rowsRead,
       finish (next) {
         const newer = lanes[kind].newer
+        // A record held since before this whole read may be older than what it read (a key moved, then
+        // revoked by a bulk statement): it is read again by name rather than installed later.
+        const waiting = held.get(kind)
+        const stale = [...waiting?.keys() ?? []].filter((key) => newer?.has(key) !== true)
+        for (const key of stale) waiting!.delete(key)
+        if (stale.length > 0) noteChange(kind, stale)
         if (!isKeyed(kind) || newer === undefined || newer.size === 0) return part
         // Records installed by named reads meanwhile are newer than what this whole read saw: kept.
         const served = next.parts[kind].byKey as { get(key: string): unknown }
