@@ -52,7 +52,7 @@ export interface Snapshots {
 }
 
 /** Where the lifecycle reports what happens; a pino logger will do. */
-export interface LifecycleLog {
+interface LifecycleLog {
   info(object: object, message: string): void
   error(object: object, message: string): void
   warn(object: object, message: string): void

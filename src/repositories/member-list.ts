@@ -94,7 +94,7 @@ export class MemberList {
 }
 
 /** Where a member id first repeats: member `index` has the id of member `first`. */
-export interface DuplicateId {
+interface DuplicateId {
   index: number
   first: number
   id: string

@@ -36,7 +36,7 @@ export type RecordKind = keyof typeof KINDS
 export const RECORD_KINDS = Object.keys(KINDS) as RecordKind[]
 
 /** One record of a kind as a file or a table holds it: organizations with arrays of members. */
-export type RecordOf<K extends RecordKind> = Static<(typeof KINDS)[K]['schema']>
+type RecordOf<K extends RecordKind> = Static<(typeof KINDS)[K]['schema']>
 
 /** The records of one kind as a file or a table holds them. */
 export type Records<K extends RecordKind> = Array<RecordOf<K>>

@@ -58,7 +58,7 @@ interface OrganizationPart extends KeyedPart<Organization> {
   readonly members: number
 }
 
-export interface Parts {
+interface Parts {
   readonly providers: ListPart<Provider>
   readonly endpoints: ListPart<Endpoint>
   readonly organizations: OrganizationPart

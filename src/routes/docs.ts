@@ -29,7 +29,7 @@ const PREFIX = '/docs'
  * The routes @fastify/swagger-ui registers under PREFIX with our options (`/` is also `/docs`), each
  * answered here by the page's app. test/docs-page.test.ts holds this list equal to Swagger UI's.
  */
-export const DOCS_ROUTES = ['/', '/static/index.html', '/static/swagger-initializer.js', '/json', '/yaml', '/static/*']
+const DOCS_ROUTES = ['/', '/static/index.html', '/static/swagger-initializer.js', '/json', '/yaml', '/static/*']
 
 /** Headers of a message that belong to its connection or its framing, not to what it says: each side sets its own. */
 const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'date', 'content-length'])
