@@ -36,6 +36,9 @@ const KEEP_ALIVE_DELAY_MS = 10_000
 const READ_STALL_MS = 30_000
 const STATEMENT_TIMEOUT_MS = 60_000
 
+/** How the replica's connections show in pg_stat_activity: the listening one, the reads', the commands'. */
+const APPLICATION_NAME = 'model-gateway-directory'
+
 /** Notices that arrive before the changes are followed, kept to be told then; past this many, every kind is read again instead. */
 const EARLY_MAX = 1000
 
@@ -95,7 +98,7 @@ class SocketClient extends pg.Client {
  * A connected client, retried while the server cannot be reached, for `timeoutMs` at most;
  * then an error naming the database (without its password) and the last cause.
  */
-export async function connectPostgres (url: string, timeoutMs: number): Promise<SocketClient> {
+export async function connectPostgres (url: string, timeoutMs: number, applicationName = APPLICATION_NAME): Promise<SocketClient> {
   const deadline = Date.now() + timeoutMs
   for (let attempt = 0; ; attempt++) {
     // One attempt takes a second at least, even when less time is left: a shorter one would fail
@@ -105,7 +108,8 @@ export async function connectPostgres (url: string, timeoutMs: number): Promise<
       types,
       keepAlive: true,
       keepAliveInitialDelayMillis: KEEP_ALIVE_DELAY_MS,
-      connectionTimeoutMillis: Math.min(Math.max(deadline - Date.now(), 1000), 10000)
+      connectionTimeoutMillis: Math.min(Math.max(deadline - Date.now(), 1000), 10000),
+      application_name: applicationName
     })
     try {
       await client.connect()
@@ -582,7 +586,8 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
     keepAlive: true,
     keepAliveInitialDelayMillis: KEEP_ALIVE_DELAY_MS,
     connectionTimeoutMillis: 10000,
-    statement_timeout: STATEMENT_TIMEOUT_MS
+    statement_timeout: STATEMENT_TIMEOUT_MS,
+    application_name: `${APPLICATION_NAME} (reads)`
   })
   // An idle connection cut by the server: the pool drops it; the listening connection says what it means.
   pool.on('error', () => {})
@@ -610,7 +615,7 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
   }
 
   async function listen (timeoutMs: number) {
-    const client = await connectPostgres(url, timeoutMs)
+    const client = await connectPostgres(url, timeoutMs, `${APPLICATION_NAME} (listening)`)
     client.on('notification', (message) => noteChange(message.payload))
     client.on('error', (error) => connectionLost(client, error))
     client.on('end', () => connectionLost(client, new Error('the connection was closed')))

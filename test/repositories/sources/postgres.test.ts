@@ -385,13 +385,7 @@ describe('following changes', () => {
       try {
         const { until } = await follow(proxy.url)
         /** Until PostgreSQL has run the replica's statement like `pattern` (its last one, as pg_stat_activity shows it). */
-        const ran = async (pattern: string) => {
-          for (;;) {
-            const { rows } = await admin.query('SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE $1', [pattern])
-            if (rows.length > 0) return
-            await new Promise((resolve) => setTimeout(resolve, 2))
-          }
-        }
+        const ran = (pattern: string) => expect.poll(async () => (await admin.query('SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE $1', [pattern])).rows.length, { interval: 2, timeout: 10_000 }).toBeGreaterThan(0)
         await admin.query("UPDATE members SET email = 'first@big.example' WHERE organization_id = 'org_big' AND id = 'user_100'")
         await ran('DECLARE % FROM organizations %')
         // After the read's snapshot: this read does not see it, and the next must read it.
@@ -443,12 +437,11 @@ describe('following changes', () => {
       // between two queries (while it works through a batch of rows). The replica's idle connections are
       // ended, for new ones to take the setting.
       await admin.query(`ALTER DATABASE "${name}" SET idle_in_transaction_session_timeout = 1`)
-      await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query NOT LIKE 'LISTEN%'")
+      await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'model-gateway-directory (reads)'")
       await admin.query("UPDATE members SET email = 'cut@big.example' WHERE organization_id = 'org_big' AND id = 'user_2500'")
       lifecycle.reload()
       // The reads fail (the server's message, or the client's own once the connection is gone) and are tried again.
-      const deadline = Date.now() + 10_000
-      while (warnings.length === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20))
+      await expect.poll(() => warnings.length, { timeout: 10_000 }).toBeGreaterThan(0)
       expect(warnings[0], 'a read cut by the server').toMatch(/^reading a change failed; trying again: /)
       await admin.query(`ALTER DATABASE "${name}" RESET idle_in_transaction_session_timeout`)
       await caughtUp(until)
