@@ -25,6 +25,7 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import { benchPostgres, serverArgs } from './bench-postgres.mjs'
+import { benchKeyTable } from './bench-key-table.mjs'
 import { benchScale } from './bench-scale.mjs'
 
 const execFileAsync = promisify(execFile)
@@ -540,6 +541,11 @@ async function main () {
   target('RSS with 1,000,000 members, after start and after load', '< 250 MB', `${fmt(svcLarge.rssAfterStart, 1)} / ${fmt(largeRssAfterLoad, 1)} MB`, Math.max(svcLarge.rssAfterStart, largeRssAfterLoad) < 250)
 
   await liveDataFiles({ print, target, small, large })
+
+  console.error('Key table: 1,000,000 keys built and looked up...')
+  const { lines: keyTableLines } = await benchKeyTable({ root: ROOT })
+  print()
+  for (const line of keyTableLines) print(line)
 
   console.error('PostgreSQL: revocation on three replicas, reload of 1,000,000 members...')
   pinSelf(`0-${cpus().length - 1}`)

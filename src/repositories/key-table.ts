@@ -1,3 +1,4 @@
+import { getRandomValues } from 'node:crypto'
 import { quoteValue } from '../schemas/describe-error.js'
 import { KEY_KINDS, type ApiKey } from '../schemas/fixtures.js'
 import { DataError } from './data-error.js'
@@ -8,6 +9,30 @@ const SHA_WORDS = 8
 /** A SHA-256 given as hex, read into words here to be compared with the table's without allocating. */
 const probe = new Uint32Array(SHA_WORDS)
 const probeBytes = Buffer.from(probe.buffer)
+
+/**
+ * Drawn once per process, so that no data set can know them: where a SHA-256 lands in the index
+ * depends on these and on every bit of the hash.
+ */
+const SHA_SEED = getRandomValues(new Uint32Array(SHA_WORDS + 1))
+
+/**
+ * The slot hash of the SHA-256 at `words[at]` (8 words): its words mixed, seeded, then MurmurHash3's
+ * finalizer. Hashes that share their first digits (placeholders such as lpad(n, 64, '0')), or values
+ * made to share them, spread like real ones. The slot was the hash's first word (a real SHA-256 is
+ * random already), which put such hashes all in one run of slots: building the index took time
+ * quadratic in their number, and a lookup that landed in the run went through it.
+ */
+function shaSlotHash (words: Uint32Array, at: number): number {
+  let h = SHA_SEED[SHA_WORDS]!
+  for (let i = 0; i < SHA_WORDS; i++) {
+    h = Math.imul(h ^ ((words[at + i]! + SHA_SEED[i]!) | 0), 0x9e3779b1)
+    h ^= h >>> 15
+  }
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b)
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35)
+  return (h ^ (h >>> 16)) >>> 0
+}
 
 /**
  * Reads a SHA-256 in hex into `probe`; false when it is not 64 hex digits. (Buffer's native hex
@@ -44,21 +69,27 @@ function nameHash (name: string): number {
 }
 
 /**
- * A hash of a whole key below 2^52, from the hashes of its name and organization, its kind and its
- * SHA-256's first words (random already): the snapshot's fingerprint sums them. Not a sum of its
- * parts, so that two keys that swap organizations change the fingerprint.
+ * A hash of a whole key below 2^52, from the hashes of its name and organization, its kind and every
+ * word of its SHA-256 at `sha[at]`: the snapshot's fingerprint sums them. Not a sum of its parts, so
+ * that two keys that swap organizations change the fingerprint. Every word, not the first two: a
+ * hash may differ from another only in its last digits (placeholders such as lpad(n, 64, '0')).
+ * Not seeded: replicas that serve the same keys show the same fingerprint.
  */
-function keyHash (name: number, organization: number, kind: number, sha0: number, sha1: number): number {
+function keyHash (name: number, organization: number, kind: number, sha: Uint32Array, at: number): number {
   let a = Math.imul(name ^ kind, 0x01000193)
   a = Math.imul(a ^ organization, 0x5bd1e995)
-  a = Math.imul(a ^ (a >>> 15) ^ sha0, 0x01000193)
-  return (a >>> 0) * 0x100000 + ((sha1 ^ name) & 0xfffff)
+  let b = name
+  for (let i = 0; i < SHA_WORDS; i++) {
+    a = Math.imul(a ^ (a >>> 15) ^ sha[at + i]!, 0x01000193)
+    b = Math.imul(b ^ (b >>> 13) ^ sha[at + i]!, 0x5bd1e995)
+  }
+  return (a >>> 0) * 0x100000 + (b & 0xfffff)
 }
 
 /** The hash of a key as an object; equal to its row's in a table. */
 export function hashOfKey (key: ApiKey): number {
   readProbe(key.sha256)
-  return keyHash(nameHash(key.name), nameHash(key.organization_id), KEY_KINDS.indexOf(key.kind), probe[0]!, probe[1]!)
+  return keyHash(nameHash(key.name), nameHash(key.organization_id), KEY_KINDS.indexOf(key.kind), probe, 0)
 }
 
 /** What LayeredMap needs of its base: a Map is one, and so are a KeyTable's two indexes. */
@@ -142,11 +173,27 @@ export class KeyTable {
   rowOfSha (sha256: string): number {
     if (!readProbe(sha256)) return -1
     const mask = this.shaSlots.length - 1
-    for (let slot = probe[0]! & mask; ; slot = (slot + 1) & mask) {
+    for (let slot = shaSlotHash(probe, 0) & mask; ; slot = (slot + 1) & mask) {
       const entry = this.shaSlots[slot]!
       if (entry === 0) return -1
       if (this.shaIsProbe(entry - 1)) return entry - 1
     }
+  }
+
+  /**
+   * The longest run of filled slots in the index by SHA-256: the most slots a lookup looks at, found
+   * or not. Tests hold it short whatever the hashes are.
+   */
+  longestShaRun (): number {
+    const slots = this.shaSlots
+    // From an empty slot (at most half are filled), so that a run across the end is counted whole.
+    const start = slots.indexOf(0)
+    let longest = 0
+    for (let i = 1, run = 0; i <= slots.length; i++) {
+      run = slots[(start + i) & (slots.length - 1)] === 0 ? 0 : run + 1
+      if (run > longest) longest = run
+    }
+    return longest
   }
 
   /** Whether row `row` holds the same key as row `otherRow` of `other` (names aside). */
@@ -290,7 +337,7 @@ export class KeyTableBuilder {
     const shas = this.shaSlots
     const at = row * SHA_WORDS
     mask = shas.length - 1
-    let shaSlot = this.shas[at]! & mask
+    let shaSlot = shaSlotHash(this.shas, at) & mask
     for (let entry = shas[shaSlot]!; entry !== 0; entry = shas[shaSlot]!) {
       if (this.sameSha(row, entry - 1)) this.duplicate('sha256', undefined, entry - 1)
       shaSlot = (shaSlot + 1) & mask
@@ -300,7 +347,7 @@ export class KeyTableBuilder {
     this.nameHashes[row] = hash
     this.kinds[row] = kind
     this.organizations[row] = index
-    this.sum = (this.sum + keyHash(hash, this.organizationHashes[index]!, kind, this.shas[at]!, this.shas[at + 1]!)) % 2 ** 52
+    this.sum = (this.sum + keyHash(hash, this.organizationHashes[index]!, kind, this.shas, at)) % 2 ** 52
     this.size++
   }
 
@@ -339,7 +386,7 @@ export class KeyTableBuilder {
       let slot = this.nameHashes[row]! & mask
       while (this.nameSlots[slot] !== 0) slot = (slot + 1) & mask
       this.nameSlots[slot] = row + 1
-      slot = this.shas[row * SHA_WORDS]! & mask
+      slot = shaSlotHash(this.shas, row * SHA_WORDS) & mask
       while (this.shaSlots[slot] !== 0) slot = (slot + 1) & mask
       this.shaSlots[slot] = row + 1
     }

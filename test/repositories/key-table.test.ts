@@ -1,6 +1,7 @@
+import { randomBytes } from 'node:crypto'
 import { describe, expect, it } from 'vitest'
 import { Value } from '@sinclair/typebox/value'
-import { isApiKey } from '../../src/repositories/key-table.js'
+import { KeyTable, isApiKey } from '../../src/repositories/key-table.js'
 import { recordProblem } from '../../src/repositories/records.js'
 import { ApiKeySchema } from '../../src/schemas/fixtures.js'
 import { sha256 } from '../helper.js'
@@ -52,5 +53,27 @@ describe('isApiKey', () => {
   it('tells valid keys from invalid ones (the cases above are not all of one verdict)', () => {
     expect(cases.filter(([, key]) => isApiKey(key)).map(([name]) => name))
       .toEqual(['a valid key', 'a management key', 'a name of one character', 'a name outside ASCII'])
+  })
+})
+
+describe('KeyTable', () => {
+  const COUNT = 60000
+  const keysOf = (shas: string[]) => shas.map((sha256, i) => ({ name: `key-${i}`, sha256, kind: 'standard' as const, organization_id: 'org_1' }))
+  const randomHex = (digits: number) => randomBytes(digits / 2).toString('hex')
+  // Random hashes give runs of some tens of slots at this size. A run as long as the set is what made
+  // building take time quadratic in its size, and a lookup that landed in it slow.
+  const SHORT_RUN = 200
+
+  it.each([
+    ['placeholders, lpad(n, 64, \'0\')', () => Array.from({ length: COUNT }, (_, i) => String(i).padStart(64, '0'))],
+    ['values that share their first 32 bits, the rest random', () => Array.from({ length: COUNT }, () => `0f1e2d3c${randomHex(56)}`)],
+    ['random values', () => Array.from({ length: COUNT }, () => randomHex(64))]
+  ])('keeps every lookup by SHA-256 short, found or not, with hashes that are %s', (_case, shas) => {
+    const keys = keysOf(shas())
+    const table = KeyTable.of(keys, 'keys.json')
+    expect(table.longestShaRun()).toBeLessThan(SHORT_RUN)
+    for (const key of [keys[0]!, keys[COUNT / 2]!, keys[COUNT - 1]!]) expect(table.bySha.get(key.sha256)).toEqual(key)
+    expect(table.bySha.get(String(COUNT).padStart(64, '0'))).toBeUndefined()
+    expect(table.bySha.get(`0f1e2d3c${randomHex(56)}`)).toBeUndefined()
   })
 })

@@ -49,6 +49,16 @@ describe('keys changed in a snapshot', () => {
     expect((await changed(before, next)).fingerprint).not.toBe(before.fingerprint)
   })
 
+  it('changes the fingerprint when a key\'s hash changes only in its last digits', async () => {
+    // Placeholders such as lpad(n, 64, '0') differ nowhere else.
+    const placeholders = keys(100).map((k, i) => ({ ...k, sha256: String(i).padStart(64, '0') }))
+    const before = await fresh(placeholders)
+    const next = placeholders.map((k, i) => i === 3 ? { ...k, sha256: String(1000).padStart(64, '0') } : k)
+    const after = await changed(before, next)
+    expect(after.fingerprint).not.toBe(before.fingerprint)
+    expect(after.fingerprint).toBe((await fresh(next)).fingerprint)
+  })
+
   it('makes a new table of a change too large for an overlay, the same as a fresh load', async () => {
     const before = await fresh(keys(20_000))
     const next = keys(20_000).map((k, i) => ({ ...k, sha256: sha256(`rotated${i}`) }))
