@@ -2,6 +2,7 @@ import type { TSchema } from '@sinclair/typebox'
 import { ValueErrorType, type ValueError } from '@sinclair/typebox/errors'
 import { COUNTRY_CODE_FORMAT, WELL_FORMED_FORMAT } from './formats.js'
 import { truncate } from '../truncate.js'
+import { containsSecret } from '../secrets.js'
 
 /** Fields whose value a message never shows: a key's hash is as good as the key to whoever holds a copy of it. */
 const SECRET_FIELDS = new Set(['sha256'])
@@ -11,21 +12,27 @@ const QUOTED_MAX = 80
 
 /**
  * A value as a message may show it: a scalar quoted and bounded, an array or an object only named
- * (it may be the whole file, and hold key hashes), a secret field's value not at all.
+ * (it may be the whole file, and hold key hashes), a secret field's value not at all, nor a value
+ * shaped like a key or a hash in any other field (a hash put in the wrong field is as secret).
+ * Checked before the value is cut: a cut hash is still most of one.
  */
 export function quoteValue (value: unknown, field?: string): string {
   if (field !== undefined && SECRET_FIELDS.has(field)) return 'the value'
   if (Array.isArray(value)) return `an array of ${value.length} items`
   if (value !== null && typeof value === 'object') return 'an object'
-  return truncate(JSON.stringify(value) ?? String(value), QUOTED_MAX)
+  const quoted = JSON.stringify(value) ?? String(value)
+  return containsSecret(quoted) ? 'the value' : truncate(quoted, QUOTED_MAX)
 }
 
 /** The last field name of a value pointer (`/3/sha256` gives `sha256`). */
 const fieldOf = (pointer: string) => pointer.slice(pointer.lastIndexOf('/') + 1)
 
-/** `/3/datacenters/1` becomes `[3].datacenters[1]`, the way a reader points into the file. */
+/**
+ * `/3/datacenters/1` becomes `[3].datacenters[1]`, the way a reader points into the file. A field
+ * named like a key or a hash (an unknown field) is shown as `(redacted)`: brackets would read as an index.
+ */
 function formatPath (pointer: string): string {
-  return pointer.split('/').slice(1).map((part) => /^\d+$/.test(part) ? `[${part}]` : `.${part}`).join('').replace(/^\./, '')
+  return pointer.split('/').slice(1).map((part) => /^\d+$/.test(part) ? `[${part}]` : `.${containsSecret(part) ? '(redacted)' : part}`).join('').replace(/^\./, '')
 }
 
 /** One line a person can act on: where the value is, what it is, what was expected. */

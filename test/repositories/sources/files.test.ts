@@ -98,6 +98,31 @@ describe('loading fixtures', () => {
     }
   })
 
+  const hash = sha256('a key')
+  const key = `sk-or-v1-${'0f1e'.repeat(16)}`
+  const validKey = { name: 'k', sha256: 'a'.repeat(64), kind: 'standard', organization_id: 'o' }
+  it.each([
+    ['a hash as a key\'s kind', { keys: [{ ...validKey, kind: hash }] },
+      'keys.json: [0].kind: the value is not one of "standard", "management"'],
+    ['a hash cut short as a key\'s kind', { keys: [{ ...validKey, kind: hash.slice(0, 60) }] },
+      'keys.json: [0].kind: the value is not one of "standard", "management"'],
+    ['a hash in capitals as a key\'s kind', { keys: [{ ...validKey, kind: hash.toUpperCase() }] },
+      'keys.json: [0].kind: the value is not one of "standard", "management"'],
+    ['a key as a provider\'s headquarters', { providers: [makeProvider(0, { headquarters: key })] },
+      'providers.json: [0].headquarters: the value is not an ISO 3166-1 alpha-2 code'],
+    ['a key inside a member\'s e-mail', { organizations: [{ id: 'o', name: 'O', members: [{ id: 'u', email: `${key} <u@o.example>`, first_name: null, last_name: null, role: 'org:admin' }] }] },
+      'organizations.json: [0].members[0].email: the value is not an e-mail address'],
+    ['a hash as a field\'s name', { keys: [{ ...validKey, [hash]: 1 }] },
+      'keys.json: [0].(redacted): is not a known field'],
+    ['a hash as two keys\' name', { keys: [{ ...validKey, name: hash }, { ...validKey, name: hash, sha256: 'b'.repeat(64) }] },
+      'keys.json: [1].name: the value duplicates [0].name']
+  ])('never quotes a hash or a key that lands in another field: %s', async (_case, data, message) => {
+    const refusal = await loadError(data)
+    expect(refusal).toContain(message)
+    expect(refusal.toLowerCase()).not.toContain(hash.slice(0, 48))
+    expect(refusal).not.toContain('sk-or-v1-')
+  })
+
   it('names the file when it is not JSON', async () => {
     await writeData(makeData())
     await writeFile(join(dir, 'zdr-endpoints.json'), '[{"model_id": ')

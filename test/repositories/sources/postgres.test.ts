@@ -273,7 +273,9 @@ describe('following changes', () => {
 
   it.each([
     ['keys_sha256_check', "UPDATE keys SET sha256 = upper(sha256) WHERE name = 'alpha-standard'", 'sha256: is not a lowercase hex SHA-256'],
-    ['keys_kind_check', "UPDATE keys SET kind = 'admin' WHERE name = 'alpha-standard'", 'kind: "admin" is not one of "standard", "management"']
+    ['keys_kind_check', "UPDATE keys SET kind = 'admin' WHERE name = 'alpha-standard'", 'kind: "admin" is not one of "standard", "management"'],
+    // A hash in the wrong field is as secret as in its own.
+    ['keys_kind_check', "UPDATE keys SET kind = sha256 WHERE name = 'alpha-standard'", 'kind: the value is not one of "standard", "management"']
   ])('names the key row a bad change is in, never its hash (%s dropped)', async (constraint, sql, problem) => {
     const { app, refusal } = await follow()
     await admin.query(`ALTER TABLE keys DROP CONSTRAINT ${constraint}`)
