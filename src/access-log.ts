@@ -1,9 +1,37 @@
 import { LogController, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify'
-import type { Bindings, ChildLoggerOptions } from 'pino'
-import { truncate } from './truncate.js'
+import { stdSerializers, type Bindings, type ChildLoggerOptions } from 'pino'
+import { redactAndTruncate, redactSecrets } from './secrets.js'
 
 /** Node.js accepts URLs of up to 16 KiB; a line keeps the first KiB, enough to tell any request of ours. */
 const LOGGED_URL_MAX = 1024
+
+/**
+ * A URL as a line may show it: bounded, and without the keys a client sent in its path or query
+ * (by mistake, or as a client that takes keys in the query): the log is read by more people than
+ * hold keys.
+ */
+const loggedUrl = (url: string) => redactAndTruncate(url, LOGGED_URL_MAX)
+
+/**
+ * pino's serializers of a request and of an error, Fastify's but for secrets: a line of Fastify's own
+ * that logs a request (`{ req }`), or an error whose message quotes a URL, carries no key either.
+ */
+export const logSerializers = {
+  req: (request: FastifyRequest) => ({
+    method: request.method,
+    url: loggedUrl(request.url),
+    host: request.host,
+    remoteAddress: request.ip,
+    remotePort: request.socket?.remotePort
+  }),
+  err: (error: Error) => {
+    const serialized = stdSerializers.err(error)
+    // pino hands back as it is whatever is not an error.
+    if (typeof serialized?.message === 'string') serialized.message = redactSecrets(serialized.message)
+    if (typeof serialized?.stack === 'string') serialized.stack = redactSecrets(serialized.stack)
+    return serialized
+  }
+}
 
 /**
  * One line per request, written when the response is done, instead of Fastify's two
@@ -27,7 +55,7 @@ export function logRequestCompleted (request: FastifyRequest, reply: FastifyRepl
   const line = {
     ...(lazy ? log.bindings : undefined),
     method: request.method,
-    url: truncate(request.url, LOGGED_URL_MAX),
+    url: loggedUrl(request.url),
     statusCode: reply.statusCode,
     // Milliseconds to the microsecond: the digits beyond are noise, and each access line costs its bytes.
     responseTime: Math.round(reply.elapsedTime * 1000) / 1000
@@ -75,5 +103,5 @@ export function requestLogger (logger: FastifyBaseLogger, bindings: Bindings, op
  * (a request Node.js could not parse, a CONNECT): same message, the fields that are known.
  */
 export function logRawAnswer (log: FastifyBaseLogger, line: { reqId: string, statusCode: number, method?: string, url?: string, clientError?: string }) {
-  log.info({ ...line, url: line.url === undefined ? undefined : truncate(line.url, LOGGED_URL_MAX) }, 'request completed')
+  log.info({ ...line, url: line.url === undefined ? undefined : loggedUrl(line.url) }, 'request completed')
 }

@@ -1,7 +1,7 @@
 import Fastify, { type FastifyServerOptions } from 'fastify'
 import type { DestinationStream } from 'pino'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import { AccessLogController, requestLogger } from './access-log.js'
+import { AccessLogController, logSerializers, requestLogger } from './access-log.js'
 import { corsOrigins, loadConfig, type Config, type ConnectionLimits } from './config.js'
 import type { Snapshots } from './repositories/lifecycle.js'
 import errors, { clientErrorHandler, frameworkErrors } from './plugins/errors.js'
@@ -54,8 +54,10 @@ function loggerOptions (log: LogOptions | undefined): FastifyServerOptions['logg
   if (log === undefined) return false
   return {
     level: log.level,
-    // Keys are secrets: whatever logs a request's headers, the key stays out of the log.
+    // Keys are secrets: whatever logs a request's headers, the key stays out of the log; whatever
+    // logs a request or an error, so does a key sent in the URL (access-log.ts).
     redact: { paths: ['req.headers.authorization', 'headers.authorization'], censor: '[redacted]' },
+    serializers: logSerializers,
     ...(log.stream ? { stream: log.stream } : {}),
     ...(log.pretty && !log.stream ? { transport: { target: 'pino-pretty', options: { translateTime: 'SYS:HH:MM:ss.l' } } } : {})
   }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { bearer, build, captureLogs, KEYS } from './helper.js'
+import { bearer, build, captureLogs, failingSnapshots, KEYS, makeData, sha256 } from './helper.js'
 
 const TIME = /,"time":[0-9]+,/
 
@@ -28,5 +28,47 @@ describe('access line', () => {
     app.log.level = 'info'
     expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(200)
     expect(logs.lines.map((line) => [line.msg, line.statusCode])).toEqual([['request completed', 200]])
+  })
+
+  // Keys are sent in a URL by mistake (or by a client that puts them in the query); the access line
+  // goes to a log collector that more people read than hold keys.
+  const key = `sk-or-v1-${'0f1e'.repeat(16)}`
+  const hash = sha256(key)
+  const secrets = [key.slice('sk-or-v1-'.length), hash]
+
+  it.each([
+    ['in the path', `/${key}`, {}, 404, '/[redacted]'],
+    ['in the query', `/v1/providers?key=${key}`, bearer(KEYS.alphaStandard), 200, '/v1/providers?key=[redacted]'],
+    ['as a hash in a query parameter that refuses it', `/v1/organization/members?offset=${hash}`, bearer(KEYS.alphaManagement), 400, '/v1/organization/members?offset=[redacted]'],
+    ['in a URL that cannot be decoded', `/%E0%A4%A/${key}`, {}, 400, '/%E0%A4%A/[redacted]'],
+    ['past the part of a long URL the line keeps', `/v1/providers?q=${'x'.repeat(1000)}&key=${key}`, bearer(KEYS.alphaStandard), 200, `/v1/providers?q=${'x'.repeat(1000)}&key=[redacted]…`]
+  ])('keeps a key sent %s out of the line, and out of the answer', async (_case, url, headers, status, logged) => {
+    const logs = captureLogs()
+    const app = build({ log: logs.log })
+    const res = await app.inject({ url, headers })
+    expect(res.statusCode).toBe(status)
+    expect(logs.lines).toEqual([expect.objectContaining({ url: logged, statusCode: status, msg: 'request completed' })])
+    for (const secret of secrets) {
+      expect(logs.raw.join('\n').toLowerCase()).not.toContain(secret.slice(0, 32))
+      expect(res.body.toLowerCase()).not.toContain(secret.slice(0, 32))
+    }
+  })
+
+  it('keeps a key out of the error logged for a 5xx, whatever the error quotes', async () => {
+    const logs = captureLogs()
+    const url = `/v1/providers?key=${key}`
+    const app = build({ log: logs.log, snapshots: failingSnapshots(makeData(), new Error(`cannot serve ${url}`)) })
+    expect((await app.inject({ url, headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(500)
+    expect(logs.lines.find((line) => line.msg === 'request failed')).toMatchObject({ err: { message: 'cannot serve /v1/providers?key=[redacted]' } })
+    expect(logs.raw.join('\n')).not.toContain(secrets[0])
+  })
+
+  it('keeps a key out of any line that logs a request, as Fastify\'s own lines do', async () => {
+    const logs = captureLogs()
+    const app = build({ log: logs.log })
+    await app.ready()
+    app.log.info({ req: { method: 'GET', url: `/${key}` } }, 'a request')
+    expect(logs.lines.at(-1)).toMatchObject({ req: { method: 'GET', url: '/[redacted]' } })
+    expect(logs.raw.join('\n')).not.toContain(secrets[0])
   })
 })

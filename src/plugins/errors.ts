@@ -6,7 +6,7 @@ import type { Duplex } from 'node:stream'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ErrorSchema } from '../schemas/common.js'
 import { logRawAnswer, logRequestCompleted } from '../access-log.js'
-import { truncate } from '../truncate.js'
+import { redactAndTruncate } from '../secrets.js'
 import { REQUEST_ID_HEADER, newRequestId } from './request-id.js'
 import { announcesBody } from './request-checks.js'
 
@@ -14,7 +14,10 @@ import { announcesBody } from './request-checks.js'
 // reading WebSocket loads the fetch client bundled in Node.js (undici), 50 ms and more of each start.
 const { STATUS_CODES } = createRequire(import.meta.url)('node:http') as typeof import('node:http')
 
-/** How much of a path or a value a message echoes back: enough to recognise it, never a flood. */
+/**
+ * How much of a path or a value a message echoes back: enough to recognise it, never a flood; a key
+ * in it is not echoed (redactAndTruncate), since answers end up in logs and tickets too.
+ */
 export const ECHO_MAX = 200
 /** A 4xx message, whatever it quotes, stays one short line. */
 const MESSAGE_MAX = 512
@@ -45,7 +48,7 @@ function hasUnreadBody (request: FastifyRequest): boolean {
 
 /** Every operation answers GET and HEAD only. */
 const ALLOWED_METHODS = 'GET, HEAD'
-const methodNotAllowed = (method: string | undefined, path: string) => `Method ${method} is not allowed on ${truncate(path, ECHO_MAX)}; use GET`
+const methodNotAllowed = (method: string | undefined, path: string) => `Method ${method} is not allowed on ${redactAndTruncate(path, ECHO_MAX)}; use GET`
 
 /** 4xx keep their clear message; a 5xx says only its status, and its real cause goes to the log. */
 function sendError (error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
@@ -57,7 +60,7 @@ function sendError (error: FastifyError, request: FastifyRequest, reply: Fastify
   // Answered before the body was read (too large, or refused before it was needed): closing the
   // connection is the only way not to read the rest, which Node.js would otherwise read to the end.
   if (hasUnreadBody(request)) reply.header('connection', 'close')
-  return reply.code(status).send(errorBody(status, truncate(error.validation ? validationMessage(error) : error.message, MESSAGE_MAX)))
+  return reply.code(status).send(errorBody(status, redactAndTruncate(error.validation ? validationMessage(error) : error.message, MESSAGE_MAX)))
 }
 
 /**
@@ -66,7 +69,7 @@ function sendError (error: FastifyError, request: FastifyRequest, reply: Fastify
  */
 export function frameworkErrors (error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
   // Fastify's message quotes the whole URL, up to 16 KiB of it.
-  const bounded = error.code === 'FST_ERR_BAD_URL' ? Object.assign(error, { message: `'${truncate(request.url, ECHO_MAX)}' is not a valid url component` }) : error
+  const bounded = error.code === 'FST_ERR_BAD_URL' ? Object.assign(error, { message: `'${redactAndTruncate(request.url, ECHO_MAX)}' is not a valid url component` }) : error
   sendError(bounded, request, reply.header(REQUEST_ID_HEADER, request.id))
   logRequestCompleted(request, reply)
 }
@@ -132,7 +135,7 @@ async function errorsPlugin (app: FastifyInstance) {
     if (request.method !== 'GET' && request.method !== 'HEAD' && app.hasRoute({ method: 'GET', url: path })) {
       return reply.code(405).header('allow', ALLOWED_METHODS).send(errorBody(405, methodNotAllowed(request.method, path)))
     }
-    return reply.code(404).send(errorBody(404, `Not found: ${request.method} ${truncate(path, ECHO_MAX)}`))
+    return reply.code(404).send(errorBody(404, `Not found: ${request.method} ${redactAndTruncate(path, ECHO_MAX)}`))
   })
 }
 

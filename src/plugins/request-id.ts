@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
+import { containsSecret } from '../secrets.js'
 
 export const REQUEST_ID_HEADER = 'x-request-id'
 
@@ -15,11 +16,12 @@ let sequence = 0
 
 /**
  * Fastify's `genReqId`: keeps the id a proxy in front of us already gave the request, so that one
- * id follows it through every log; makes one otherwise.
+ * id follows it through every log; makes one otherwise, and in place of one shaped like a key or a
+ * key's hash (a client's header mapping gone wrong), which every line of the request would carry.
  */
 export function requestIdOf (request: IncomingMessage): string {
   const incoming = request.headers[REQUEST_ID_HEADER]
-  return typeof incoming === 'string' && WELL_FORMED.test(incoming) ? incoming : newRequestId()
+  return typeof incoming === 'string' && WELL_FORMED.test(incoming) && !containsSecret(incoming) ? incoming : newRequestId()
 }
 
 /** A new id, for the answers Node.js makes before there is a request (unparsable requests). */

@@ -55,7 +55,10 @@ describe('the request id', () => {
     ['with a space', 'abc def'],
     ['with markup', '<script>'],
     ['with JSON', '{"level":50}'],
-    ['with a comma (two headers joined)', 'abc,def']
+    ['with a comma (two headers joined)', 'abc,def'],
+    // It would be on every line of the request.
+    ['an API key', `sk-or-v1-${'0f1e'.repeat(16)}`],
+    ['a key\'s hash', 'a5c4e807126556732b21be35230cd1832a1dfc41ea032cb651c0f578ccc222ce']
   ])('replaces an id that is %s', async (_name, incoming) => {
     const app = build()
     const res = await app.inject({ url: '/v1/providers', headers: { 'x-request-id': incoming } })

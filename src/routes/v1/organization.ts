@@ -6,7 +6,7 @@ import { BadRequestResponse, ErrorResponse, NotModifiedResponse } from '../../sc
 import { apiKeyOf, requireManagementKey } from '../../plugins/auth.js'
 import type { Senders } from './send.js'
 import { ECHO_MAX } from '../../plugins/errors.js'
-import { truncate } from '../../truncate.js'
+import { redactAndTruncate } from '../../secrets.js'
 
 const OrganizationNotFound = createError('ORGANIZATION_NOT_FOUND', 'Organization %s not found', 404)
 const BadQueryParameter = createError('BAD_QUERY_PARAMETER', "Invalid query parameter '%s': %s", 400)
@@ -25,7 +25,7 @@ function rejectLooseIntegers (request: FastifyRequest, _reply: FastifyReply, don
     const value = query[name]
     if (Array.isArray(value)) return done(new BadQueryParameter(name, 'must be given at most once'))
     if (value !== undefined && !CANONICAL_INTEGER.test(value)) {
-      return done(new BadQueryParameter(name, `${JSON.stringify(truncate(value, ECHO_MAX))} is not a plain decimal integer (digits only, no sign, no leading zero)`))
+      return done(new BadQueryParameter(name, `${JSON.stringify(redactAndTruncate(value, ECHO_MAX))} is not a plain decimal integer (digits only, no sign, no leading zero)`))
     }
     // Hundreds of digits make Infinity, which the schema's maximum lets through. (A huge offset
     // is past the end: an empty page, as any offset past the end.)
