@@ -1,6 +1,7 @@
 import { DataError, KINDS, RECORD_KINDS, type Held, type RecordKind } from './records.js'
 import { applyChange, compactPart, createSnapshot, rebasePart, withRecords, type KeyedKind, type Part, type PartChange, type RecordCounts, type Snapshot } from './snapshot.js'
 import type { Source } from './source.js'
+import { quoteValue } from '../schemas/describe-error.js'
 
 /** Notices that arrive within this time of the first are read together: a script's burst becomes one read. */
 const COALESCE_MS = 20
@@ -168,7 +169,8 @@ export function createLifecycle (source: Source) {
 
   function describe (kind: RecordKind, work: readonly string[] | 'all') {
     if (work === 'all') return `${kind}: all read again`
-    const named = work.slice(0, 5).map((key) => JSON.stringify(key)).join(', ')
+    // Quoted as every message quotes a value: bounded, and never a key or a hash.
+    const named = work.slice(0, 5).map((key) => quoteValue(key)).join(', ')
     return `${kind}: ${named}${work.length > 5 ? `, and ${work.length - 5} more` : ''}`
   }
 
