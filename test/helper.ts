@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto'
+import { open, stat } from 'node:fs/promises'
 import { Writable } from 'node:stream'
 import { TestRunner, onTestFinished } from 'vitest'
 import type { FastifyInstance } from 'fastify'
@@ -59,6 +60,30 @@ export function makeMembers (prefix: string, count: number): MemberList {
     last_name: i % 7 === 0 ? null : `Last${i}`,
     role: i === 0 ? 'org:admin' : 'org:member'
   })))
+}
+
+/**
+ * Writes a keys.json of `count` keys on one line, as a minifier does, between `start` and `end` (a valid
+ * file: `[` and `]`), a chunk at a time so that the test never holds it whole. Answers its size in bytes.
+ */
+export async function writeManyKeys (path: string, count: number, { start = '[', end = ']' } = {}) {
+  const handle = await open(path, 'w')
+  try {
+    let chunk = start
+    for (let i = 0; i < count; i++) {
+      // Unique, and scattered in their first word as a real SHA-256 is: the key table's index slots by it.
+      const sha256 = `${(Math.imul(i, 0x9e3779b1) >>> 0).toString(16).padStart(8, '0')}${i.toString(16).padStart(56, '0')}`
+      chunk += `${i === 0 ? '' : ','}{"name":"key-${i}","sha256":"${sha256}","kind":"standard","organization_id":"org_alpha"}`
+      if (chunk.length > 1 << 20) {
+        await handle.write(chunk)
+        chunk = ''
+      }
+    }
+    await handle.write(chunk + end)
+  } finally {
+    await handle.close()
+  }
+  return (await stat(path)).size
 }
 
 /** Plaintext keys of the test data set; the data holds only their hashes. */

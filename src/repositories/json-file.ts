@@ -1,6 +1,7 @@
 import { constants } from 'node:fs'
 import { open, rename, writeFile, type FileHandle } from 'node:fs/promises'
 import { isUtf8 } from 'node:buffer'
+import { JsonChecker, MAX_DEPTH, UTF8_BOM } from './json-syntax.js'
 
 /**
  * The largest file read: 256 MiB, twice an organization of a million members (130 MB). The other
@@ -8,14 +9,6 @@ import { isUtf8 } from 'node:buffer'
  * in slices (organizations-file.ts), but its members are held serialized, as large as the file.
  */
 const MAX_FILE_BYTES = 256 * 1024 * 1024
-
-/**
- * The deepest nesting of arrays and objects accepted: the data files need 4 levels. Deeper input
- * is refused before anything walks it, since walking it recursively overflows the stack.
- */
-export const MAX_DEPTH = 64
-
-export const UTF8_BOM = [0xef, 0xbb, 0xbf]
 
 const KINDS: Array<[keyof FileKindTests, string]> = [
   ['isDirectory', 'a directory'],
@@ -37,24 +30,17 @@ type FileKindTests = Pick<Awaited<ReturnType<FileHandle['stat']>>, 'isDirectory'
  * - UTF-8 only (RFC 8259 section 8.1): invalid bytes are refused, not read as U+FFFD. A leading byte
  *   order mark is skipped, as the RFC allows: editors on Windows write one.
  * - Nesting deeper than MAX_DEPTH is refused.
- * - A syntax error is located by our own scan (line and column): not every Node.js version's
- *   JSON.parse message gives a position, and its message quotes the text.
+ * - The text is checked (JsonChecker) before JSON.parse sees it: not every Node.js version's
+ *   JSON.parse message gives a position, its message quotes the text, and a parse that fails at the
+ *   end of a large file has built most of its objects first.
  */
 export async function readJsonFile (path: string, label: string): Promise<unknown> {
   const bytes = await readRegularFile(path, label)
-  const start = UTF8_BOM.every((byte, i) => bytes[i] === byte) ? UTF8_BOM.length : 0
-  if (!isUtf8(bytes.subarray(start))) {
-    throw new Error(`${label}: not valid UTF-8 at byte ${start + firstInvalidUtf8Byte(bytes.subarray(start))}`)
-  }
-  const text = bytes.toString('utf8', start)
-  const tooDeep = firstTooDeep(text)
-  if (tooDeep >= 0) throw new Error(`${label}: nested deeper than ${MAX_DEPTH} levels at ${lineAndColumn(text, tooDeep)}`)
-  try {
-    return JSON.parse(text)
-  } catch {
-    const error = findSyntaxError(text)
-    throw new Error(`${label}: not valid JSON at ${lineAndColumn(text, error.at)}: ${error.problem}`)
-  }
+  const checker = new JsonChecker()
+  checker.write(bytes)
+  const fault = checker.end()
+  if (fault !== undefined) throw new Error(`${label}: ${fault}`)
+  return JSON.parse(bytes.toString('utf8', UTF8_BOM.every((byte, i) => bytes[i] === byte) ? UTF8_BOM.length : 0))
 }
 
 async function readRegularFile (path: string, label: string): Promise<Buffer> {
@@ -94,142 +80,6 @@ export async function openRegularFile (path: string, label: string): Promise<Fil
   }
 }
 
-/** `line 3, column 14` of a UTF-16 offset; the column counts characters, as editors do. */
-function lineAndColumn (text: string, offset: number): string {
-  const lineStart = text.lastIndexOf('\n', offset - 1) + 1
-  let line = 1
-  for (let i = text.indexOf('\n'); i >= 0 && i < lineStart; i = text.indexOf('\n', i + 1)) line++
-  return `line ${line}, column ${[...text.slice(lineStart, offset)].length + 1}`
-}
-
-/**
- * The offset of the bracket that opens level MAX_DEPTH + 1, or -1. Linear and without recursion;
- * strings are skipped (brackets inside them do not count). The text may be invalid JSON:
- * JSON.parse judges that after.
- */
-function firstTooDeep (text: string): number {
-  let depth = 0
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i)
-    if (c === 0x22) {
-      // To the closing quote: one preceded by an even number of backslashes.
-      for (;;) {
-        i = text.indexOf('"', i + 1)
-        if (i < 0) return -1
-        let backslashes = 0
-        while (text.charCodeAt(i - 1 - backslashes) === 0x5c) backslashes++
-        if (backslashes % 2 === 0) break
-      }
-    } else if (c === 0x5b || c === 0x7b) {
-      if (++depth > MAX_DEPTH) return i
-    } else if (c === 0x5d || c === 0x7d) {
-      depth--
-    }
-  }
-  return -1
-}
-
-/** Where a UTF-8 sequence first goes wrong (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF). */
-function firstInvalidUtf8Byte (bytes: Uint8Array): number {
-  for (let i = 0; i < bytes.length;) {
-    const lead = bytes[i]!
-    if (lead < 0x80) { i++; continue }
-    const length = lead >= 0xc2 && lead <= 0xdf ? 2 : lead >= 0xe0 && lead <= 0xef ? 3 : lead >= 0xf0 && lead <= 0xf4 ? 4 : 0
-    if (length === 0) return i
-    // The second byte's range depends on the lead byte (this is what excludes the overlong forms,
-    // the surrogates and what lies past U+10FFFF); the others are plain continuation bytes.
-    const low = lead === 0xe0 ? 0xa0 : lead === 0xf0 ? 0x90 : 0x80
-    const high = lead === 0xed ? 0x9f : lead === 0xf4 ? 0x8f : 0xbf
-    for (let k = 1; k < length; k++) {
-      const byte = bytes[i + k]
-      if (byte === undefined || byte < (k === 1 ? low : 0x80) || byte > (k === 1 ? high : 0xbf)) return i
-    }
-    i += length
-  }
-  return bytes.length
-}
-
-const NUMBER = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y
-const LITERAL = /true|false|null/y
-const ESCAPE = /\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})/y
-
-/**
- * The first syntax error of a text JSON.parse refused (RFC 8259), found by a scan of our own:
- * iterative, so that nesting costs no stack.
- */
-function findSyntaxError (text: string): { at: number, problem: string } {
-  const closers: string[] = []
-  let i = 0
-  const skipSpace = () => { while (i < text.length && ' \t\n\r'.includes(text[i]!)) i++ }
-  const matches = (pattern: RegExp) => {
-    pattern.lastIndex = i
-    if (!pattern.test(text)) return false
-    i = pattern.lastIndex
-    return true
-  }
-  /** Moves past a string at i; answers what is wrong with it, if anything. */
-  const scanString = (): string | undefined => {
-    for (i++; i < text.length;) {
-      const c = text.charCodeAt(i)
-      if (c === 0x22) { i++; return undefined }
-      if (c < 0x20) return 'a control character inside a string'
-      if (c === 0x5c) {
-        if (!matches(ESCAPE)) return 'an invalid escape sequence'
-      } else {
-        i++
-      }
-    }
-    return 'a string that is never closed'
-  }
-  /** After `{` or `,` in an object: a name and a colon. */
-  const scanName = (): string | undefined => {
-    skipSpace()
-    if (text[i] !== '"') return 'expected a property name in double quotes'
-    const problem = scanString()
-    if (problem) return problem
-    skipSpace()
-    if (text[i] !== ':') return "expected ':' after a property name"
-    i++
-    return undefined
-  }
-
-  for (;;) {
-    // A value is expected at i.
-    skipSpace()
-    const c = text[i]
-    let problem: string | undefined
-    if (c === '{' || c === '[') {
-      i++
-      skipSpace()
-      const closer = c === '{' ? '}' : ']'
-      if (text[i] !== closer) {
-        closers.push(closer)
-        if (c === '{' && (problem = scanName())) return { at: i, problem }
-        continue
-      }
-      i++
-    } else if (c === '"') {
-      if ((problem = scanString())) return { at: i, problem }
-    } else if (!matches(NUMBER) && !matches(LITERAL)) {
-      return { at: i, problem: i >= text.length ? 'the text ends where a value is expected' : 'expected a value' }
-    }
-    // After a value: a comma, the end of its container, or the end of the text.
-    for (;;) {
-      skipSpace()
-      const closer = closers.at(-1)
-      if (closer === undefined) {
-        // (At the end of the text, our scan found no fault the parser did: say only where it stopped.)
-        return { at: i, problem: i < text.length ? 'unexpected text after the end of the value' : 'refused by the JSON parser' }
-      }
-      if (text[i] === closer) { closers.pop(); i++; continue }
-      if (text[i] !== ',') return { at: i, problem: `expected ',' or '${closer}'` }
-      i++
-      if (closer === '}' && (problem = scanName())) return { at: i, problem }
-      break
-    }
-  }
-}
-
 /** Writes a data file whole: written beside it, then renamed over it, so a server reading the folder never sees half of it. */
 export async function writeJsonFile (path: string, value: unknown) {
   await writeFile(`${path}.tmp`, JSON.stringify(value, null, 2) + '\n')
@@ -245,17 +95,60 @@ const ARRAY_WINDOW_BYTES = 1024 * 1024
  * `onBatch` with the index of its first element: a file of a million records is never one string,
  * one JSON.parse nor a million objects at once, and the event loop gets a turn between windows.
  * Anything the scan does not expect (bad syntax, bad UTF-8, not an array, nesting too deep) is left
- * to readJsonFile, which reads the file whole and says where; its value is answered then (the caller
- * validates it as usual), or undefined when the elements were all handed over.
+ * to readRefusedFile, which says where; a file that is valid JSON but not an array is answered as a
+ * stand-in (the caller validates it as usual), and undefined when the elements were all handed over.
  */
 export async function readJsonArray (path: string, label: string, onBatch: (values: unknown[], first: number) => void | Promise<void>): Promise<unknown> {
   const handle = await openRegularFile(path, label)
   try {
-    if (await scanArray(handle, onBatch)) return undefined
+    return await scanArray(handle, onBatch) ? undefined : await readRefusedFile(handle, label)
   } finally {
     await handle.close()
   }
-  return await readJsonFile(path, label)
+}
+
+/** A window of readRefusedFile: checked in a few milliseconds, and the event loop gets a turn between reads. */
+const CHECK_WINDOW_BYTES = 1024 * 1024
+/** The bytes of a stand-in for a value that is not an array: more than a message quotes of it (80 characters). */
+const STAND_IN_BYTES = 1024
+
+/**
+ * Says why a scan refused a data file (readJsonArray, organizations-file.ts): reads it again a
+ * window at a time through a JsonChecker, in memory bounded whatever the file's size, and throws an
+ * Error that names the file and its first fault. A file that is valid JSON but not an array is
+ * answered as a stand-in of the same type for the caller's schema to name without reading it whole:
+ * an object as `{}` (a message names an object, never quotes it), a string or a number from its first
+ * STAND_IN_BYTES. A valid array is one the scan reads: the file changed while it was read, and
+ * is refused as such (files.ts reads a file again when it changed during a read).
+ */
+export async function readRefusedFile (handle: FileHandle, label: string): Promise<unknown> {
+  const checker = new JsonChecker()
+  const window = Buffer.allocUnsafe(CHECK_WINDOW_BYTES)
+  for (let position = 0; ;) {
+    const { bytesRead } = await handle.read(window, 0, window.length, position)
+    if (bytesRead === 0 || !checker.write(window.subarray(0, bytesRead))) break
+    position += bytesRead
+  }
+  const fault = checker.end()
+  if (fault !== undefined) throw new Error(`${label}: ${fault}`)
+  const { bytesRead } = await handle.read(window, 0, STAND_IN_BYTES, checker.valueAt)
+  if (window[0] === 0x7b) return {}
+  if (window[0] === 0x5b) throw new Error(`${label}: changed while it was read`)
+  return scalarOf(window.toString('utf8', 0, bytesRead))
+}
+
+/** The scalar a text starts with: whole, or a string or a number cut to what fits (never inside an escape). */
+function scalarOf (text: string): unknown {
+  for (let end = text.length; end > 0; end--) {
+    for (const candidate of [text.slice(0, end), `${text.slice(0, end)}"`]) {
+      try {
+        return JSON.parse(candidate)
+      } catch {
+        // Cut inside an escape or an exponent: one character shorter.
+      }
+    }
+  }
+  return undefined
 }
 
 /** False when the file is not what the scan expects (then nothing, or only whole batches, were handed over). */
@@ -349,10 +242,13 @@ async function scanArray (handle: FileHandle, onBatch: (values: unknown[], first
       } else if (c === 0x7d || c === 0x5d) {
         depth--
       } else if (depth === 0) {
-        // A number or a literal: to the next delimiter.
+        // A number or a literal: to the next delimiter. One the window cuts is read again from its
+        // start once the next read has brought the rest (counted twice, it made the batch's count wrong).
+        const scalarStart = pos
         while (pos + 1 < filled && !' \t\r\n,]'.includes(String.fromCharCode(window[pos + 1]!))) pos++
         if (pos + 1 === filled) {
-          pos++
+          elements--
+          pos = scalarStart
           break
         }
       }

@@ -1,6 +1,7 @@
 import { isUtf8 } from 'node:buffer'
 import type { FileHandle } from 'node:fs/promises'
-import { MAX_DEPTH, UTF8_BOM, carryOver, openRegularFile, readJsonFile } from './json-file.js'
+import { carryOver, openRegularFile, readRefusedFile } from './json-file.js'
+import { MAX_DEPTH, UTF8_BOM } from './json-syntax.js'
 import { MemberListBuilder, type Block } from './member-list.js'
 import type { Member } from '../schemas/member.js'
 import { DataError, compactMembers, finishMembers, memberProblem, recordProblem, validateRecords, type Organization } from './records.js'
@@ -18,7 +19,7 @@ const BATCH_BYTES = 64 * 1024
 
 const MEMBERS = Buffer.from('members')
 
-/** The file is not what the scan expects: readJsonFile reads it whole and says why, as for any file. */
+/** The file is not what the scan expects: readRefusedFile says why, as for any file. */
 class NotPlainJson extends Error {}
 
 /** One `members` array of the file, compacted as it is read, and finished as soon as it ends. */
@@ -39,7 +40,7 @@ interface MembersArray {
  * `shared` (blockIndex) are shared with them, so a reload that changed a few members allocates a few blocks.
  *
  * The scan only cuts the file where JSON.parse will judge it; any problem it meets (bad syntax, bad
- * UTF-8, nesting too deep) is handed to readJsonFile, which reads the file whole and locates it.
+ * UTF-8, nesting too deep, not an array) is handed to readRefusedFile, which locates it.
  */
 export async function readOrganizationsFile (path: string, label: string, shared?: ReadonlyMap<number, Block>): Promise<Organization[]> {
   const handle = await openRegularFile(path, label)
@@ -48,11 +49,9 @@ export async function readOrganizationsFile (path: string, label: string, shared
     result = await scan(handle, shared)
   } catch (error) {
     if (!(error instanceof NotPlainJson)) throw error
-    // Throws with the line and column of the fault. (If it does not, the file was changed since,
-    // or the scan is wrong: what readJsonFile read is then validated the usual way.)
-    const value = await readJsonFile(path, label)
-    return validateRecords('organizations', value, label)
-      .map((record, index) => ({ ...record, members: compactMembers(record.members, label, `[${index}].members`, shared) }))
+    // Throws with the line and column of the fault, or answers what stands for a value that is not
+    // an array, which the schema names below.
+    result = { skeleton: await readRefusedFile(handle, label), arrays: new Map() }
   } finally {
     await handle.close()
   }
@@ -144,7 +143,6 @@ async function scan (handle: FileHandle, shared: ReadonlyMap<number, Block> | un
   let depth = 0
   let inString = false
   let escaped = false
-  let topIsArray = false
   let expectTopValue = false
   let organization = -1
   // Keys of an organization: 0 expecting a key, 1 in it, 2 expecting ':', 3 expecting a value, 4 in or after a value.
@@ -253,6 +251,8 @@ async function scan (handle: FileHandle, shared: ReadonlyMap<number, Block> | un
       // The skeleton: everything outside the members arrays.
       const space = c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09
       if (space) continue
+      // Anything but an array would be held whole as the skeleton: readRefusedFile reads it instead.
+      if (depth === 0 && c !== 0x5b) throw new NotPlainJson()
       if (depth === 1 && expectTopValue && c !== 0x5d && c !== 0x2c) {
         organization++
         expectTopValue = false
@@ -266,7 +266,7 @@ async function scan (handle: FileHandle, shared: ReadonlyMap<number, Block> | un
           keyMatch = 0
         }
       } else if (c === 0x7b || c === 0x5b) {
-        if (c === 0x5b && value && membersKey && topIsArray) {
+        if (c === 0x5b && value && membersKey) {
           skeleton.push(Buffer.from(window.subarray(runStart, pos + 1)))
           array = { builder: new MemberListBuilder(shared), count: 0 }
           arrays.set(organization, array)
@@ -275,10 +275,7 @@ async function scan (handle: FileHandle, shared: ReadonlyMap<number, Block> | un
           membersKey = false
           continue
         }
-        if (depth === 0 && c === 0x5b) {
-          topIsArray = true
-          expectTopValue = true
-        }
+        if (depth === 0) expectTopValue = true
         if (++depth > MAX_DEPTH) throw new NotPlainJson()
         if (depth === 2 && c === 0x7b) keyState = 0
       } else if (c === 0x7d || c === 0x5d) {

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { writeManyKeys } from '../helper.js'
 
 const run = promisify(execFile)
 const check = (...args: string[]) => run(process.execPath, ['dist/cli/check.js', ...args]).then(
@@ -46,4 +47,13 @@ describe('npm run check', () => {
     await writeFile(join(dir, 'providers.json'), JSON.stringify([{ name: 'A', slug: 'a', privacy_policy_url: null, website: 'https://a.example' }]))
     expect((await check('--fixtures-dir', dir)).stderr).toBe('invalid: providers.json: [0].website: is not a known field\n')
   })
+
+  it('refuses a file of 150 MB that is not valid JSON in one line, instead of running out of memory', async () => {
+    const size = await writeManyKeys(join(dir, 'keys.json'), 1_050_000, { end: ',{"name":}]' })
+    expect(await check('--fixtures-dir', dir)).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `invalid: keys.json: not valid JSON at line 1, column ${size - 1} ([1050000].name): expected a value\n`
+    })
+  }, 60_000)
 })

@@ -3,7 +3,8 @@ import { mkdtemp, mkdir, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { MAX_DEPTH, readJsonArray, readJsonFile } from '../../src/repositories/json-file.js'
+import { readJsonArray, readJsonFile } from '../../src/repositories/json-file.js'
+import { MAX_DEPTH } from '../../src/repositories/json-syntax.js'
 
 let dir: string
 beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'json-file-')) })
@@ -36,19 +37,25 @@ describe('reading a JSON data file', () => {
   })
 
   it.each([
-    ['a missing comma', '[{"name": "a",\n  "slug": "b"\n  "x": 1}]', "line 3, column 3: expected ',' or '}'"],
-    ['a trailing comma', '[1, 2,]', 'line 1, column 7: expected a value'],
+    ['a missing comma', '[{"name": "a",\n  "slug": "b"\n  "x": 1}]', "line 3, column 3 ([0].slug): expected ',' or '}'"],
+    ['a trailing comma', '[1, 2,]', 'line 1, column 7 ([2]): expected a value'],
     ['a single-quoted name', "{'a': 1}", 'line 1, column 2: expected a property name in double quotes'],
-    ['a missing colon', '{"a" 1}', "line 1, column 6: expected ':' after a property name"],
-    ['an unclosed string', '["abc', 'line 1, column 6: a string that is never closed'],
-    ['a raw line break in a string', '["a\nb"]', 'line 1, column 4: a control character inside a string'],
-    ['a bad escape', '["a\\x"]', 'line 1, column 4: an invalid escape sequence'],
-    ['a leading zero', '[01]', "line 1, column 3: expected ',' or ']'"],
+    ['a missing colon', '{"a" 1}', "line 1, column 6 (a): expected ':' after a property name"],
+    ['an unclosed string', '["abc', 'line 1, column 6 ([0]): a string that is never closed'],
+    ['a raw line break in a string', '["a\nb"]', 'line 1, column 4 ([0]): a control character inside a string'],
+    ['a bad escape', '["a\\x"]', 'line 1, column 4 ([0]): an invalid escape sequence'],
+    ['a leading zero', '[01]', "line 1, column 3 ([0]): expected ',' or ']'"],
+    ['a fraction without digits', '[1.]', "line 1, column 3 ([0]): expected ',' or ']'"],
+    ['a minus alone', '[-]', 'line 1, column 2 ([0]): expected a value'],
+    ['a misspelt literal', '[tru]', 'line 1, column 2 ([0]): expected a value'],
     ['a comment', '[1] // done', 'line 1, column 5: unexpected text after the end of the value'],
     ['an empty file', '', 'line 1, column 1: the text ends where a value is expected'],
-    ['a file cut short', '[{"a": [1, 2', "line 1, column 13: expected ',' or ']'"],
-    ['wide characters before the fault', '["ééé" x]', "line 1, column 8: expected ',' or ']'"]
-  ])('locates a syntax error (%s) by line and column, without quoting the text', async (_case, text, where) => {
+    ['a file cut short', '[{"a": [1, 2', "line 1, column 13 ([0].a[1]): expected ',' or ']'"],
+    ['wide characters before the fault', '["ééé" x]', "line 1, column 8 ([0]): expected ',' or ']'"],
+    ['a name that is no identifier, quoted on one line', '[{"two\\nlines": }]', 'line 1, column 17 ([0]["two\\nlines"]): expected a value'],
+    ['a long name, cut', `[{"${'n'.repeat(1000)}": }]`, `line 1, column 1007 ([0]["${'n'.repeat(32)}…"]): expected a value`],
+    ['a fault deeper than a path shows', '[{"a": [{"b": [{"c": x}]}]}]', 'line 1, column 22 ([0].a[0].b…): expected a value']
+  ])('locates a syntax error (%s) by line and column, and the record and field it is in, without quoting the text', async (_case, text, where) => {
     expect(await read(text)).toEqual({ message: `data.json: not valid JSON at ${where}` })
   })
 
@@ -105,5 +112,30 @@ describe('reading a large JSON array a batch at a time', () => {
     const path = join(dir, 'data.json')
     await writeFile(path, spoil(JSON.stringify(records)))
     await expect(readJsonArray(path, 'data.json', () => {})).rejects.toThrow(/^data\.json: not valid JSON at line 1, column \d+/)
+  })
+
+  it('hands over numbers and literals that the end of a read cuts in two', async () => {
+    const values = Array.from({ length: 150_000 }, (_, i) => i % 10 === 0 ? null : 10_000_000 + i)
+    // The file is read 1 MiB at a time: spaces move a value across the end of the first read.
+    let text = JSON.stringify(values)
+    while (/[,\] ]/.test(text.slice(1024 * 1024 - 1, 1024 * 1024 + 1))) text = `[ ${text.slice(1)}`
+    const { handed, whole } = await batches(text)
+    expect(whole).toBeUndefined()
+    expect(handed.flat()).toEqual(values)
+  })
+
+  it.each([
+    ['an object', '{"keys": [{"name": "a"}]}', {}],
+    ['a string', ' "abc" ', 'abc'],
+    ['a number', '12.5e1\n', 125],
+    ['null', 'null', null]
+  ])('answers a file that is valid JSON but not an array (%s) with a stand-in of the same type, for the schema to name', async (_case, text, value) => {
+    expect(await batches(text)).toEqual({ handed: [], whole: value })
+  })
+
+  it('answers a long string with its first characters, more than a message quotes, without reading it whole', async () => {
+    const { whole } = await batches(`"${'\\u00e9'.repeat(100)}${'x'.repeat(10_000_000)}"`)
+    expect(whole).toMatch(new RegExp(`^${'é'.repeat(100)}x+$`))
+    expect((whole as string).length).toBeLessThan(1024)
   })
 })

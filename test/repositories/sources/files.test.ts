@@ -3,12 +3,12 @@ import { mkdir, mkdtemp, rename, rm, symlink, writeFile } from 'node:fs/promises
 import { tmpdir } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { join } from 'node:path'
-import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../../../src/config.js'
 import { FIXTURE_FILES, createFileSource, loadFixtures } from '../../../src/repositories/sources/files.js'
 import { RECORD_KINDS, type DirectoryData } from '../../../src/repositories/records.js'
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
-import { makeData, makeEndpoint, makeMembers, makeProvider, recordsOf, sha256, watchLifecycle } from '../../helper.js'
+import { makeData, makeEndpoint, makeMembers, makeProvider, recordsOf, sha256, watchLifecycle, writeManyKeys } from '../../helper.js'
 
 let dir: string
 beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'fixtures-')) })
@@ -341,3 +341,67 @@ describe('following changes to the folder', () => {
     await rm(`${dir}-old`, { recursive: true })
   })
 })
+
+describe('a large file that is not valid, renamed into the folder of a server holding a million keys', () => {
+  // 1,050,000 keys on one line make 150 MB, what the README says a million keys take. A fault at the
+  // end is only met by the last batch; it was then located in the whole file held as a string, its
+  // line spread into an array of characters (a V8 fatal error past 134 million characters).
+  const MANY = 1_050_000
+  let folder: string
+  let lifecycle: Lifecycle
+  let watched: ReturnType<typeof watchLifecycle>
+  beforeAll(async () => {
+    folder = await mkdtemp(join(tmpdir(), 'large-file-'))
+    const data = makeData()
+    await Promise.all(RECORD_KINDS.filter((kind) => kind !== 'keys').map((kind) => writeFile(join(folder, FIXTURE_FILES[kind]), JSON.stringify(data[kind]))))
+    await writeManyKeys(join(folder, 'keys.json'), MANY)
+    lifecycle = createLifecycle(createFileSource(folder))
+    await lifecycle.load()
+    watched = watchLifecycle(lifecycle, 50_000)
+  }, 60_000)
+  afterAll(async () => {
+    await lifecycle?.close()
+    await rm(folder, { recursive: true, force: true })
+  })
+
+  /** The longest the event loop went without a turn and the most RSS grew, from now until `stop()`. */
+  function watchProcess () {
+    const rssBefore = process.memoryUsage.rss()
+    let last = performance.now()
+    let longest = 0
+    let rss = rssBefore
+    const timer = setInterval(() => {
+      const now = performance.now()
+      longest = Math.max(longest, now - last)
+      last = now
+      rss = Math.max(rss, process.memoryUsage.rss())
+    }, 5)
+    return {
+      stop () {
+        clearInterval(timer)
+        return { longest, rssGrowth: rss - rssBefore }
+      }
+    }
+  }
+
+  it.each([
+    ['a record cut short at its end', { end: ',{"name":}]' },
+      (size: number) => `keys.json: not valid JSON at line 1, column ${size - 1} ([${MANY}].name): expected a value`],
+    ['a write caught half-way', { end: ',{"name":"key-x","sha256":"0123' },
+      (size: number) => `keys.json: not valid JSON at line 1, column ${size + 1} ([${MANY}].sha256): a string that is never closed`],
+    ['its array inside an object', { start: '{"keys":[', end: ']}' },
+      () => 'keys.json: (top level): an object: expected array']
+  ])('refuses one with %s in one line, its memory bounded, the event loop never held long', async (_case, shape, message) => {
+    const size = await writeManyKeys(join(folder, 'keys.json.tmp'), MANY, shape)
+    const watch = watchProcess()
+    await rename(join(folder, 'keys.json.tmp'), join(folder, 'keys.json'))
+    const refusal = await watched.refusal()
+    const { longest, rssGrowth } = watch.stop()
+    expect(refusal).toEqual({ part: 'keys', problem: message(size) })
+    expect(lifecycle.current().parts.keys.byKey.size).toBe(MANY)
+    // Measured: a few tens of milliseconds, and a few MB (the file is never held whole).
+    expect(longest).toBeLessThan(100)
+    expect(rssGrowth).toBeLessThan(200 * 1024 * 1024)
+  }, 60_000)
+})
+
