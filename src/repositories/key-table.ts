@@ -1,6 +1,7 @@
 import { getRandomValues } from 'node:crypto'
 import { quoteValue } from '../schemas/describe-error.js'
 import { KEY_KINDS, type ApiKey } from '../schemas/fixtures.js'
+import { IDENTIFIER_MAX } from '../schemas/common.js'
 import { DataError } from './data-error.js'
 
 /** A SHA-256 is 8 words of 32 bits. */
@@ -50,7 +51,8 @@ function readProbe (sha256: string): boolean {
 export function isApiKey (value: unknown): boolean {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return false
   const { name, sha256, kind, organization_id: organization } = value as Record<string, unknown>
-  return typeof name === 'string' && name.length > 0 && name.isWellFormed() && typeof organization === 'string' && organization.length > 0 &&
+  return typeof name === 'string' && name.length > 0 && name.length <= IDENTIFIER_MAX && name.isWellFormed() &&
+    typeof organization === 'string' && organization.length > 0 && organization.length <= IDENTIFIER_MAX &&
     (KEY_KINDS as readonly unknown[]).includes(kind) &&
     // Hex decoding takes capitals too, which the pattern does not.
     typeof sha256 === 'string' && readProbe(sha256) && sha256.toLowerCase() === sha256 &&

@@ -1,6 +1,18 @@
 import { Type, type SchemaOptions, type Static, type TSchema } from '@sinclair/typebox'
 import './formats.js'
 
+/**
+ * The longest string of each sort a data file may hold, in characters (UTF-16 code units, as
+ * JavaScript counts them). Every record is held in memory, and its strings end up in log lines,
+ * messages and Redis keys: an unbounded one lets a single record cost what the file weighs. Each bound
+ * is far above any real value (README, "Data files", says why each).
+ */
+export const IDENTIFIER_MAX = 256
+export const NAME_MAX = 1024
+export const URL_MAX = 2048
+/** RFC 5321 (section 4.5.3.1.3): a path is at most 256 octets, its angle brackets included. */
+export const EMAIL_MAX = 254
+
 /** `schema` or null; the options (a description) go on the whole, where a reader of the field looks. */
 export function Nullable<T extends TSchema> (schema: T, options: SchemaOptions = {}) {
   return Type.Union([schema, Type.Null()], options)

@@ -10,6 +10,9 @@ const SECRET_FIELDS = new Set(['sha256'])
 /** How much of a value a message quotes. */
 const QUOTED_MAX = 80
 
+/** Past the cut, room for the longest secret shape (an `sk-or-v1-` key): one the cut goes through is still seen. */
+const SECRET_REACH = 80
+
 /**
  * A value as a message may show it: a scalar quoted and bounded, an array or an object only named
  * (it may be the whole file, and hold key hashes), a secret field's value not at all, nor a value
@@ -20,7 +23,10 @@ export function quoteValue (value: unknown, field?: string): string {
   if (field !== undefined && SECRET_FIELDS.has(field)) return 'the value'
   if (Array.isArray(value)) return `an array of ${value.length} items`
   if (value !== null && typeof value === 'object') return 'an object'
-  const quoted = JSON.stringify(value) ?? String(value)
+  // Cut before it is quoted (a value may be a string of a hundred megabytes), with room past the cut
+  // for a key or a hash the cut would go through: never quoted in part either.
+  const kept = typeof value === 'string' ? value.slice(0, QUOTED_MAX + SECRET_REACH) : value
+  const quoted = JSON.stringify(kept) ?? String(kept)
   return containsSecret(quoted) ? 'the value' : truncate(quoted, QUOTED_MAX)
 }
 
@@ -30,9 +36,14 @@ const fieldOf = (pointer: string) => pointer.slice(pointer.lastIndexOf('/') + 1)
 /**
  * `/3/datacenters/1` becomes `[3].datacenters[1]`, the way a reader points into the file. A field
  * named like a key or a hash (an unknown field) is shown as `(redacted)`: brackets would read as an index.
+ * A field's name is cut as a value is: an unknown field may have a name as long as the file.
  */
 function formatPath (pointer: string): string {
-  return pointer.split('/').slice(1).map((part) => /^\d+$/.test(part) ? `[${part}]` : `.${containsSecret(part) ? '(redacted)' : part}`).join('').replace(/^\./, '')
+  return pointer.split('/').slice(1).map((part) => {
+    if (/^\d+$/.test(part)) return `[${part}]`
+    const kept = part.slice(0, QUOTED_MAX + SECRET_REACH)
+    return `.${containsSecret(kept) ? '(redacted)' : truncate(kept, QUOTED_MAX)}`
+  }).join('').replace(/^\./, '')
 }
 
 /** One line a person can act on: where the value is, what it is, what was expected. */
@@ -74,6 +85,8 @@ function unknownFieldMessage (field: string, known: string[]): string {
   let best: string | undefined
   let bestDistance = Infinity
   for (const candidate of known) {
+    // Further apart than a slip whatever their letters: not worth a comparison of every letter with every other.
+    if (Math.abs(candidate.length - field.length) > 2) continue
     const distance = editDistance(field.toLowerCase(), candidate.toLowerCase())
     if (distance < bestDistance) [best, bestDistance] = [candidate, distance]
   }

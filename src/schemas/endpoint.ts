@@ -1,8 +1,8 @@
 import { Type, type Static } from '@sinclair/typebox'
-import { Nullable } from './common.js'
+import { IDENTIFIER_MAX, NAME_MAX, Nullable } from './common.js'
 
-// Prices are decimal strings (never floats) so that no precision is lost on the way.
-const PriceSchema = (description: string) => Type.String({ pattern: '^-?(0|[1-9][0-9]*)(\\.[0-9]+)?$', description })
+// Prices are decimal strings (never floats) so that no precision is lost on the way; bounded as an identifier is.
+const PriceSchema = (description: string) => Type.String({ maxLength: IDENTIFIER_MAX, pattern: '^-?(0|[1-9][0-9]*)(\\.[0-9]+)?$', description })
 
 const PercentilesSchema = (unit: string) => Type.Object({
   p50: Type.Number({ description: `Median, in ${unit}` }),
@@ -38,11 +38,11 @@ const endpointExample = {
 }
 
 export const EndpointSchema = Type.Object({
-  model_id: Type.String({ pattern: '^[^/\\s]+/[^\\s]+$', description: 'Identifier of the model, in the form <vendor>/<model>' }),
-  model_name: Type.String({ minLength: 1, description: 'Display name of the model' }),
-  name: Type.String({ minLength: 1, description: 'Display name of the endpoint' }),
-  provider_name: Type.String({ minLength: 1, description: 'Display name of the provider' }),
-  tag: Type.String({ minLength: 1, description: 'Tag of the endpoint (provider-derived label)' }),
+  model_id: Type.String({ maxLength: IDENTIFIER_MAX, pattern: '^[^/\\s]+/[^\\s]+$', description: 'Identifier of the model, in the form <vendor>/<model>' }),
+  model_name: Type.String({ minLength: 1, maxLength: NAME_MAX, description: 'Display name of the model' }),
+  name: Type.String({ minLength: 1, maxLength: NAME_MAX, description: 'Display name of the endpoint' }),
+  provider_name: Type.String({ minLength: 1, maxLength: NAME_MAX, description: 'Display name of the provider' }),
+  tag: Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX, description: 'Tag of the endpoint (provider-derived label)' }),
   context_length: Type.Integer({ minimum: 0, description: 'Context length of the endpoint, in tokens' }),
   max_prompt_tokens: Nullable(Type.Integer({ minimum: 0 }), { description: 'Maximum prompt tokens, or null when not stated' }),
   max_completion_tokens: Nullable(Type.Integer({ minimum: 0 }), { description: 'Maximum completion tokens, or null when not stated' }),
@@ -52,9 +52,9 @@ export const EndpointSchema = Type.Object({
     image: PriceSchema('Price of an image'),
     request: PriceSchema('Price of a request')
   }, { additionalProperties: false, description: 'Prices, each a decimal number in a string; -1 marks variable pricing upstream' }),
-  quantization: Nullable(Type.String({ minLength: 1 }), { description: 'Quantization level label, or null when not stated' }),
+  quantization: Nullable(Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX }), { description: 'Quantization level label, or null when not stated' }),
   status: Type.Integer({ description: 'Numeric status of the endpoint. Known values: 0 (up), -1, -2, -3, -5, -10 (degrees of degradation)' }),
-  supported_parameters: Type.Array(Type.String({ minLength: 1 }), { description: 'Names of the request parameters the endpoint supports' }),
+  supported_parameters: Type.Array(Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX }), { description: 'Names of the request parameters the endpoint supports' }),
   supports_implicit_caching: Type.Boolean({ description: 'Whether the endpoint supports implicit caching' }),
   supports_tool_choice: Type.Object({
     auto: Type.Boolean(),

@@ -1,11 +1,12 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { MemberSchema } from './member.js'
 import { WELL_FORMED_FORMAT } from './formats.js'
+import { IDENTIFIER_MAX, NAME_MAX } from './common.js'
 
 // Shapes of the data files that are not served as-is.
 export const OrganizationSchema = Type.Object({
-  id: Type.String({ minLength: 1 }),
-  name: Type.String({ minLength: 1 }),
+  id: Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX }),
+  name: Type.String({ minLength: 1, maxLength: NAME_MAX }),
   members: Type.Array(MemberSchema)
 }, { additionalProperties: false })
 
@@ -14,10 +15,10 @@ export const KEY_KINDS = ['standard', 'management'] as const
 
 export const ApiKeySchema = Type.Object({
   // Held as UTF-8 (key-table.ts), which cannot hold a lone surrogate.
-  name: Type.String({ minLength: 1, format: WELL_FORMED_FORMAT }),
+  name: Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX, format: WELL_FORMED_FORMAT }),
   sha256: Type.String({ pattern: '^[0-9a-f]{64}$', description: 'SHA-256 of the key, lowercase hex; the key itself is never stored' }),
   kind: Type.Union(KEY_KINDS.map((kind) => Type.Literal(kind))),
-  organization_id: Type.String({ minLength: 1 })
+  organization_id: Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX })
 }, { additionalProperties: false })
 
 export type ApiKey = Static<typeof ApiKeySchema>

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox'
-import { Nullable } from './common.js'
+import { EMAIL_MAX, IDENTIFIER_MAX, NAME_MAX, Nullable } from './common.js'
 
 const memberExamples = [
   { id: 'user_acme0001', email: 'ada.hamilton.1@acme.example', first_name: 'Ada', last_name: 'Hamilton', role: 'org:admin' },
@@ -7,10 +7,10 @@ const memberExamples = [
 ]
 
 export const MemberSchema = Type.Object({
-  id: Type.String({ minLength: 1, description: 'Member identifier' }),
-  email: Type.String({ format: 'email', description: 'Member e-mail address' }),
-  first_name: Nullable(Type.String(), { description: 'Member first name, or null when unknown' }),
-  last_name: Nullable(Type.String(), { description: 'Member last name, or null when unknown' }),
+  id: Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX, description: 'Member identifier' }),
+  email: Type.String({ maxLength: EMAIL_MAX, format: 'email', description: 'Member e-mail address' }),
+  first_name: Nullable(Type.String({ maxLength: NAME_MAX }), { description: 'Member first name, or null when unknown' }),
+  last_name: Nullable(Type.String({ maxLength: NAME_MAX }), { description: 'Member last name, or null when unknown' }),
   role: Type.Union([Type.Literal('org:admin'), Type.Literal('org:member')], { description: 'Role of the member in the organization' })
 }, {
   $id: 'Member',

@@ -1,13 +1,13 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { COUNTRY_CODE_FORMAT } from './formats.js'
-import { Nullable } from './common.js'
+import { IDENTIFIER_MAX, NAME_MAX, Nullable, URL_MAX } from './common.js'
 
 const CountryCodeSchema = Type.String({
   format: COUNTRY_CODE_FORMAT,
   description: 'ISO 3166-1 alpha-2 country code'
 })
 
-const UrlSchema = Type.String({ format: 'uri' })
+const UrlSchema = Type.String({ maxLength: URL_MAX, format: 'uri' })
 
 const providerExample = {
   name: 'OpenAI',
@@ -20,8 +20,8 @@ const providerExample = {
 }
 
 export const ProviderSchema = Type.Object({
-  name: Type.String({ minLength: 1, description: 'Display name of the provider' }),
-  slug: Type.String({ pattern: '^[a-z0-9][a-z0-9._-]*$', description: 'URL-friendly identifier of the provider' }),
+  name: Type.String({ minLength: 1, maxLength: NAME_MAX, description: 'Display name of the provider' }),
+  slug: Type.String({ maxLength: IDENTIFIER_MAX, pattern: '^[a-z0-9][a-z0-9._-]*$', description: 'URL-friendly identifier of the provider' }),
   privacy_policy_url: Nullable(UrlSchema, { description: "URL of the provider's privacy policy; the key is always present, the value may be null" }),
   status_page_url: Type.Optional(Nullable(UrlSchema, { description: "URL of the provider's status page" })),
   terms_of_service_url: Type.Optional(Nullable(UrlSchema, { description: "URL of the provider's terms of service" })),

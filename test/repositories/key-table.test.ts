@@ -14,6 +14,8 @@ describe('isApiKey', () => {
     ['a valid key', valid],
     ['a management key', { ...valid, kind: 'management' }],
     ['a name of one character', { ...valid, name: 'k' }],
+    ['a name of 256 characters', { ...valid, name: 'k'.repeat(256) }],
+    ['a name of 257 characters', { ...valid, name: 'k'.repeat(257) }],
     ['an empty name', { ...valid, name: '' }],
     ['a name that is no string', { ...valid, name: 1 }],
     ['a null name', { ...valid, name: null }],
@@ -32,6 +34,8 @@ describe('isApiKey', () => {
     ['a kind in capitals', { ...valid, kind: 'Standard' }],
     ['a null kind', { ...valid, kind: null }],
     ['an empty organization', { ...valid, organization_id: '' }],
+    ['an organization of 256 characters', { ...valid, organization_id: 'o'.repeat(256) }],
+    ['an organization of 257 characters', { ...valid, organization_id: 'o'.repeat(257) }],
     ['a null organization', { ...valid, organization_id: null }],
     ['a field more', { ...valid, owner: 'x' }],
     ['a field missing', withoutOrganization],
@@ -52,7 +56,7 @@ describe('isApiKey', () => {
 
   it('tells valid keys from invalid ones (the cases above are not all of one verdict)', () => {
     expect(cases.filter(([, key]) => isApiKey(key)).map(([name]) => name))
-      .toEqual(['a valid key', 'a management key', 'a name of one character', 'a name outside ASCII'])
+      .toEqual(['a valid key', 'a management key', 'a name of one character', 'a name of 256 characters', 'a name outside ASCII', 'an organization of 256 characters'])
   })
 })
 

@@ -80,7 +80,21 @@ describe('loading fixtures', () => {
     ['a duplicate key hash', { keys: [{ name: 'a', sha256: 'a'.repeat(64), kind: 'standard', organization_id: 'o' }, { name: 'b', sha256: 'a'.repeat(64), kind: 'standard', organization_id: 'o' }] },
       'keys.json: [1].sha256: the value duplicates [0].sha256'],
     ['a long value', { providers: [makeProvider(0, { headquarters: 'X'.repeat(5000) })] },
-      `providers.json: [0].headquarters: "${'X'.repeat(79)}…`]
+      `providers.json: [0].headquarters: "${'X'.repeat(79)}…`],
+    ['a key name of more than 256 characters', { keys: [{ name: 'k'.repeat(1_000_000), sha256: 'a'.repeat(64), kind: 'standard', organization_id: 'o' }] },
+      `keys.json: [0].name: "${'k'.repeat(79)}…: expected string length less or equal to 256`],
+    ['an organization id of more than 256 characters', { keys: [{ name: 'k', sha256: 'a'.repeat(64), kind: 'standard', organization_id: 'o'.repeat(257) }] },
+      `keys.json: [0].organization_id: "${'o'.repeat(79)}…: expected string length less or equal to 256`],
+    ['an organization name of more than 1024 characters', { organizations: [{ id: 'o', name: 'O'.repeat(1025), members: [] }] },
+      `organizations.json: [0].name: "${'O'.repeat(79)}…: expected string length less or equal to 1024`],
+    ['a member id of more than 256 characters', { organizations: [{ id: 'o', name: 'O', members: [{ id: 'u'.repeat(257), email: 'u@o.example', first_name: null, last_name: null, role: 'org:admin' }] }] },
+      `organizations.json: [0].members[0].id: "${'u'.repeat(79)}…: expected string length less or equal to 256`],
+    ['a first name of more than 1024 characters', { organizations: [{ id: 'o', name: 'O', members: [{ id: 'u', email: 'u@o.example', first_name: 'F'.repeat(1025), last_name: null, role: 'org:admin' }] }] },
+      `organizations.json: [0].members[0].first_name: "${'F'.repeat(79)}…: expected string length less or equal to 1024`],
+    ['a provider URL of more than 2048 characters', { providers: [makeProvider(0, { privacy_policy_url: `https://p.example/${'p'.repeat(2048)}` })] },
+      'providers.json: [0].privacy_policy_url: "https://p.example/ppp'],
+    ['an endpoint tag of more than 256 characters', { endpoints: [makeEndpoint(0, { tag: 't'.repeat(257) })] },
+      `zdr-endpoints.json: [0].tag: "${'t'.repeat(79)}…: expected string length less or equal to 256`]
   ]
   it.each(cases)('names the file, record and field for %s', async (_case, data, message) => {
     expect(await loadError(data)).toContain(message)
@@ -121,6 +135,12 @@ describe('loading fixtures', () => {
     expect(refusal).toContain(message)
     expect(refusal.toLowerCase()).not.toContain(hash.slice(0, 48))
     expect(refusal).not.toContain('sk-or-v1-')
+  })
+
+  // The field's name used to be written whole into the message, and compared letter by letter with every known field's.
+  it('names an unknown field of a million characters in one short line', async () => {
+    const message = await loadError({ providers: [{ ...makeProvider(0), ['x'.repeat(1_000_000)]: 1 }] })
+    expect(message).toBe(`providers.json: [0].${'x'.repeat(80)}…: is not a known field`)
   })
 
   it('names the file when it is not JSON', async () => {
