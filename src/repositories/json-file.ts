@@ -91,6 +91,14 @@ const ARRAY_BATCH_BYTES = 64 * 1024
 const ARRAY_WINDOW_BYTES = 1024 * 1024
 
 /**
+ * The largest record (an element of an array file, a member of organizations.json) read: refused
+ * before it is parsed, so that a record of a hundred megabytes costs a window, not several copies of
+ * itself. The schemas bound every string of a record to at most 2,048 characters: a valid record takes
+ * a few KiB, escapes and all.
+ */
+export const MAX_RECORD_BYTES = 1024 * 1024
+
+/**
  * Reads a file that holds a JSON array a batch of elements at a time, handing each batch to
  * `onBatch` with the index of its first element: a file of a million records is never one string,
  * one JSON.parse nor a million objects at once, and the event loop gets a turn between windows.
@@ -101,7 +109,7 @@ const ARRAY_WINDOW_BYTES = 1024 * 1024
 export async function readJsonArray (path: string, label: string, onBatch: (values: unknown[], first: number) => void | Promise<void>): Promise<unknown> {
   const handle = await openRegularFile(path, label)
   try {
-    return await scanArray(handle, onBatch) ? undefined : await readRefusedFile(handle, label)
+    return await scanArray(handle, label, onBatch) ? undefined : await readRefusedFile(handle, label)
   } finally {
     await handle.close()
   }
@@ -151,8 +159,11 @@ function scalarOf (text: string): unknown {
   return undefined
 }
 
-/** False when the file is not what the scan expects (then nothing, or only whole batches, were handed over). */
-async function scanArray (handle: FileHandle, onBatch: (values: unknown[], first: number) => void | Promise<void>): Promise<boolean> {
+/**
+ * False when the file is not what the scan expects (then nothing, or only whole batches, were handed
+ * over); throws an Error naming an element larger than MAX_RECORD_BYTES.
+ */
+async function scanArray (handle: FileHandle, label: string, onBatch: (values: unknown[], first: number) => void | Promise<void>): Promise<boolean> {
   let window = Buffer.allocUnsafe(ARRAY_WINDOW_BYTES)
   let filled = 0
   let pos = 0
@@ -165,6 +176,8 @@ async function scanArray (handle: FileHandle, onBatch: (values: unknown[], first
   let lastEnd = -1
   let count = 0
   let elements = 0
+  /** Where the element being read starts; -1 between elements. */
+  let elementStart = -1
   // Between the elements of the array: a value just ended (a comma may follow), a comma was just
   // read (a value must follow). A batch's text holds its own commas, not those between batches.
   let afterValue = false
@@ -205,58 +218,71 @@ async function scanArray (handle: FileHandle, onBatch: (values: unknown[], first
         // Most of a file: the inside of a string, up to a quote or a backslash, in a tight loop.
         while (c !== 0x22 && c !== 0x5c && ++pos < filled) c = window[pos]!
         if (pos === filled) break
-        if (c === 0x5c) escaped = true
-        else inString = false
-        continue
-      }
-      if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) continue
-      if (depth === -2) return false
-      if (depth === -1) {
-        if (c !== 0x5b) return false
-        depth = 0
-        continue
-      }
-      if (depth === 0) {
-        if (c === 0x5d) {
-          if (afterComma) return false
-          depth = -2
-          if (!await flush(lastEnd)) return false
+        if (c === 0x5c) {
+          escaped = true
           continue
         }
-        if (c === 0x2c) {
-          if (!afterValue) return false
-          afterValue = false
-          afterComma = true
+        inString = false
+        // A string that is an element of the array ends it (below).
+        if (depth !== 0) continue
+      } else {
+        if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) continue
+        if (depth === -2) return false
+        if (depth === -1) {
+          if (c !== 0x5b) return false
+          depth = 0
           continue
         }
-        // An element starts.
-        if (afterValue) return false
-        afterComma = false
-        if (batchStart < 0) batchStart = pos
-        elements++
-      }
-      if (c === 0x22) inString = true
-      else if (c === 0x7b || c === 0x5b) {
-        if (++depth > MAX_DEPTH) return false
-        continue
-      } else if (c === 0x7d || c === 0x5d) {
-        depth--
-      } else if (depth === 0) {
-        // A number or a literal: to the next delimiter. One the window cuts is read again from its
-        // start once the next read has brought the rest (counted twice, it made the batch's count wrong).
-        const scalarStart = pos
-        while (pos + 1 < filled && !' \t\r\n,]'.includes(String.fromCharCode(window[pos + 1]!))) pos++
-        if (pos + 1 === filled) {
-          elements--
-          pos = scalarStart
-          break
+        if (depth === 0) {
+          if (c === 0x5d) {
+            if (afterComma) return false
+            depth = -2
+            if (!await flush(lastEnd)) return false
+            continue
+          }
+          if (c === 0x2c) {
+            if (!afterValue) return false
+            afterValue = false
+            afterComma = true
+            continue
+          }
+          // An element starts.
+          if (afterValue) return false
+          afterComma = false
+          if (batchStart < 0) batchStart = pos
+          elementStart = pos
+          elements++
+        }
+        if (c === 0x22) {
+          inString = true
+          continue
+        } else if (c === 0x7b || c === 0x5b) {
+          if (++depth > MAX_DEPTH) return false
+          continue
+        } else if (c === 0x7d || c === 0x5d) {
+          depth--
+        } else if (depth === 0) {
+          // A number or a literal: to the next delimiter. One the window cuts is read again from its
+          // start once the next read has brought the rest (counted twice, it made the batch's count wrong).
+          const scalarStart = pos
+          while (pos + 1 < filled && !' \t\r\n,]'.includes(String.fromCharCode(window[pos + 1]!))) pos++
+          if (pos + 1 === filled) {
+            elements--
+            pos = scalarStart
+            break
+          }
         }
       }
       if (depth === 0) {
+        // An element ends.
         afterValue = true
+        elementStart = -1
         lastEnd = pos + 1
         if (lastEnd - batchStart >= ARRAY_BATCH_BYTES && !await flush(lastEnd)) return false
       }
+    }
+    if (elementStart >= 0 && filled - elementStart > MAX_RECORD_BYTES) {
+      throw new Error(`${label}: [${count + elements - 1}]: a record of more than ${MAX_RECORD_BYTES / 1024 / 1024} MiB`)
     }
     // Keep the elements not parsed yet for the next read.
     const keep = batchStart >= 0 ? batchStart : filled
@@ -266,6 +292,7 @@ async function scanArray (handle: FileHandle, onBatch: (values: unknown[], first
       lastEnd = lastEnd < 0 ? -1 : lastEnd - keep
       batchStart = 0
     }
+    if (elementStart >= 0) elementStart -= keep
     pos -= keep
     filled = carried
   }

@@ -1,6 +1,6 @@
 import { isUtf8 } from 'node:buffer'
 import type { FileHandle } from 'node:fs/promises'
-import { carryOver, openRegularFile, readRefusedFile } from './json-file.js'
+import { MAX_RECORD_BYTES, carryOver, openRegularFile, readRefusedFile } from './json-file.js'
 import { MAX_DEPTH, UTF8_BOM } from './json-syntax.js'
 import { MemberListBuilder, type Block } from './member-list.js'
 import type { Member } from '../schemas/member.js'
@@ -46,7 +46,7 @@ export async function readOrganizationsFile (path: string, label: string, shared
   const handle = await openRegularFile(path, label)
   let result: { skeleton: unknown, arrays: Map<number, MembersArray> }
   try {
-    result = await scan(handle, shared)
+    result = await scan(handle, label, shared)
   } catch (error) {
     if (!(error instanceof NotPlainJson)) throw error
     // Throws with the line and column of the fault, or answers what stands for a value that is not
@@ -129,15 +129,19 @@ class MemberBatch {
 /**
  * One pass over the file. It tracks strings, nesting, and where it is: the top-level array, an
  * organization's keys, inside a `members` array. The bytes outside `members` arrays (their brackets
- * included) are kept as the skeleton; the members are cut one by one and parsed in batches.
+ * included) are kept as the skeleton; the members are cut one by one and parsed in batches. A
+ * member, or an organization without its members, of more than MAX_RECORD_BYTES is a DataError.
  */
-async function scan (handle: FileHandle, shared: ReadonlyMap<number, Block> | undefined) {
+async function scan (handle: FileHandle, label: string, shared: ReadonlyMap<number, Block> | undefined) {
   let window = Buffer.allocUnsafe(WINDOW_BYTES)
   let filled = 0
   let pos = 0
   let first = true
   const skeleton: Buffer[] = []
   let runStart = 0
+  /** The bytes of the skeleton so far, and where in them the organization being read starts. */
+  let skeletonBytes = 0
+  let organizationStart = 0
   const arrays = new Map<number, MembersArray>()
 
   let depth = 0
@@ -255,6 +259,7 @@ async function scan (handle: FileHandle, shared: ReadonlyMap<number, Block> | un
       if (depth === 0 && c !== 0x5b) throw new NotPlainJson()
       if (depth === 1 && expectTopValue && c !== 0x5d && c !== 0x2c) {
         organization++
+        organizationStart = skeletonBytes + pos - runStart
         expectTopValue = false
       }
       const value = depth === 2 && keyState === 3
@@ -268,6 +273,7 @@ async function scan (handle: FileHandle, shared: ReadonlyMap<number, Block> | un
       } else if (c === 0x7b || c === 0x5b) {
         if (c === 0x5b && value && membersKey) {
           skeleton.push(Buffer.from(window.subarray(runStart, pos + 1)))
+          skeletonBytes += pos + 1 - runStart
           array = { builder: new MemberListBuilder(shared), count: 0 }
           arrays.set(organization, array)
           memberState = 0
@@ -291,8 +297,15 @@ async function scan (handle: FileHandle, shared: ReadonlyMap<number, Block> | un
     if (array !== undefined) batch.parse(window, array, organization)
     if (array === undefined) {
       skeleton.push(Buffer.from(window.subarray(runStart, filled)))
+      skeletonBytes += filled - runStart
+      if (organization >= 0 && skeletonBytes - organizationStart > MAX_RECORD_BYTES) {
+        throw new DataError(`${label}: [${organization}]: an organization of more than ${MAX_RECORD_BYTES / 1024 / 1024} MiB besides its members`)
+      }
       filled = pos = runStart = 0
     } else {
+      if (memberStart >= 0 && filled - memberStart > MAX_RECORD_BYTES) {
+        throw new DataError(`${label}: [${organization}].members[${array.count}]: a member of more than ${MAX_RECORD_BYTES / 1024 / 1024} MiB`)
+      }
       const keep = memberStart >= 0 ? memberStart : filled
       const carried = filled - keep
       window = carryOver(window, keep, filled)

@@ -124,6 +124,14 @@ describe('reading a large JSON array a batch at a time', () => {
     expect(handed.flat()).toEqual(values)
   })
 
+  it('hands over strings that are elements, of one batch or of many', async () => {
+    for (const values of [['a'], Array.from({ length: 20_000 }, (_, i) => `value "${i}" ], {`)]) {
+      const { handed, whole } = await batches(JSON.stringify(values))
+      expect(whole).toBeUndefined()
+      expect(handed.flat()).toEqual(values)
+    }
+  })
+
   it.each([
     ['an object', '{"keys": [{"name": "a"}]}', {}],
     ['a string', ' "abc" ', 'abc'],
@@ -138,4 +146,11 @@ describe('reading a large JSON array a batch at a time', () => {
     expect(whole).toMatch(new RegExp(`^${'é'.repeat(100)}x+$`))
     expect((whole as string).length).toBeLessThan(1024)
   })
+
+  it('refuses an element of more than 1 MiB before it parses it, naming it', async () => {
+    const path = join(dir, 'data.json')
+    await writeFile(path, `[1, "two", {"name": "${'k'.repeat(3 * 1024 * 1024)}"}, 4]`)
+    await expect(readJsonArray(path, 'data.json', () => {})).rejects.toThrow(/^data\.json: \[2\]: a record of more than 1 MiB$/)
+  })
 })
+

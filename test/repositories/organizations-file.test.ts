@@ -80,6 +80,15 @@ describe('reading organizations.json', () => {
   })
 
   it.each([
+    ['a member', `[{"id":"o","name":"O","members":[{"id":"a","email":"a@o.example","first_name":null,"last_name":null,"role":"org:admin"},{"id":"${'b'.repeat(3 * 1024 * 1024)}"}]}]`,
+      'organizations.json: [0].members[1]: a member of more than 1 MiB'],
+    ['an organization besides its members', `[{"id":"o","name":"O","members":[]},{"id":"p","members":[],"name":"${'P'.repeat(3 * 1024 * 1024)}"}]`,
+      'organizations.json: [1]: an organization of more than 1 MiB besides its members']
+  ])('refuses %s of more than 1 MiB before it parses it', async (_case, text, message) => {
+    await expect(readOrganizationsFile(await write(text), 'organizations.json')).rejects.toThrow(message)
+  })
+
+  it.each([
     ['a trailing comma among members', '[{"id":"o","name":"O","members":[{"id":"a"},]}]'],
     ['a missing comma between members', '[{"id":"o","name":"O","members":[{"id":"a"} {"id":"b"}]}]'],
     ['a member cut short', '[{"id":"o","name":"O","members":[{"id":"a",}]}]'],

@@ -301,6 +301,22 @@ describe('following changes to the folder', () => {
     expect((await watched.until((data) => data.providers.length === 1)).providers).toEqual([makeProvider(2)])
   })
 
+  // Names had no bound: a name of 120 MB was installed, the process peaking some 500 MB higher.
+  it('refuses a key whose name is 100 MB in one line, without holding it', async () => {
+    await writeData(makeData())
+    await follow()
+    const name = Buffer.alloc(100_000_000, 'k')
+    await writeFile(join(dir, 'keys.json.tmp'), Buffer.concat([Buffer.from('[{"name":"'), name, Buffer.from(`","sha256":"${'a'.repeat(64)}","kind":"standard","organization_id":"org_alpha"}]`)]))
+    const rssBefore = process.memoryUsage.rss()
+    let rss = rssBefore
+    const timer = setInterval(() => { rss = Math.max(rss, process.memoryUsage.rss()) }, 2)
+    await rename(join(dir, 'keys.json.tmp'), join(dir, 'keys.json'))
+    const refusal = await watched.refusal()
+    clearInterval(timer)
+    expect(refusal).toEqual({ part: 'keys', problem: 'keys.json: [0]: a record of more than 1 MiB' })
+    expect(rss - rssBefore).toBeLessThan(64 * 1024 * 1024)
+  })
+
   it('refuses a file caught half-written, and installs it once the write completes', async () => {
     await writeData(makeData())
     await follow()
