@@ -45,7 +45,7 @@ export class MemberList {
     /** The index of the first member of each block. */
     private readonly starts: Uint32Array
   ) {
-    this.version = blocks.length === 1 ? blocks[0]!.digest : hash('sha1', blocks.map((block) => block.digest).join(','), 'base64url')
+    this.version = blocks.length === 1 ? blocks[0]!.digest : blocks.length === 0 ? NO_MEMBERS_VERSION : hash('sha1', blocks.map((block) => block.digest).join(','), 'base64url')
   }
 
   /**
@@ -123,7 +123,11 @@ function endsOf (ends: number[]): Uint32Array {
   return view
 }
 
+// Shared by every list of no block or of one: an organization of no member would otherwise pay for a
+// typed array of its own and a version string, several times what its record takes.
+const NO_BLOCK = new Uint32Array(0)
 const FIRST_BLOCK_ONLY = Uint32Array.of(0)
+const NO_MEMBERS_VERSION = hash('sha1', '', 'base64url')
 
 const NO_BLOCKS: ReadonlyMap<number, Block> = new Map()
 
@@ -243,7 +247,8 @@ export class MemberListBuilder {
   finish (): { list: MemberList, duplicate?: DuplicateId } {
     if (this.ends.length > 0) this.closeBlock(this.lastKey)
     if (this.scratch.length === SCRATCH_BYTES) spareScratch = this.scratch
-    const list = new MemberList(this.count, this.blocks, this.blocks.length === 1 ? FIRST_BLOCK_ONLY : Uint32Array.from(this.starts))
+    const starts = this.blocks.length === 0 ? NO_BLOCK : this.blocks.length === 1 ? FIRST_BLOCK_ONLY : Uint32Array.from(this.starts)
+    const list = new MemberList(this.count, this.blocks, starts)
     const duplicate = this.hashes ? this.duplicateId(list, this.hashes) : undefined
     if (this.hashes?.length === HASHES) spareHashes = this.hashes
     this.hashes = undefined

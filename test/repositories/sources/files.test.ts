@@ -435,8 +435,10 @@ describe('a large file that is not valid, renamed into the folder of a server ho
     const { longest, rssGrowth } = watch.stop()
     expect(refusal).toEqual({ part: 'keys', problem: message(size) })
     expect(lifecycle.current().parts.keys.byKey.size).toBe(MANY)
-    // Measured: a few tens of milliseconds, and a few MB (the file is never held whole).
-    expect(longest).toBeLessThan(100)
+    // The file is never held whole, and the event loop turns between reads of it (BENCHMARKS.md has
+    // what it takes; the bound leaves room for a machine busy with other tests). It used to be held
+    // for seconds, or the process aborted.
+    expect(longest).toBeLessThan(250)
     expect(rssGrowth).toBeLessThan(200 * 1024 * 1024)
   }, 60_000)
 })
