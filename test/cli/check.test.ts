@@ -7,7 +7,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { writeManyKeys } from '../helper.js'
 
 const run = promisify(execFile)
-const check = (...args: string[]) => run(process.execPath, ['dist/cli/check.js', ...args]).then(
+// Killed short of the test's own timeout: a check that hangs must not outlive the test.
+const check = (...args: string[]) => run(process.execPath, ['dist/cli/check.js', ...args], { timeout: 50_000 }).then(
   ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
   (error: { code: number, stdout: string, stderr: string }) => ({ code: error.code, stdout: error.stdout, stderr: error.stderr }))
 
