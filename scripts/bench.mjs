@@ -26,6 +26,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import { benchPostgres, serverArgs } from './bench-postgres.mjs'
 import { benchKeyTable } from './bench-key-table.mjs'
+import { benchRecords } from './bench-records.mjs'
 import { benchScale } from './bench-scale.mjs'
 
 const execFileAsync = promisify(execFile)
@@ -553,6 +554,11 @@ async function main () {
   print()
   for (const line of pgLines) print(line)
   target('revocation with PostgreSQL, every one of 3 replicas (max of 20)', '< 200 ms', ms(pg.revocation.maxMs), pg.revocation.maxMs < 200)
+
+  console.error('Memory per record, and large files refused (about a minute)...')
+  const { lines: recordLines } = await benchRecords({ root: ROOT })
+  print()
+  for (const line of recordLines) print(line)
 
   if (SCALE) {
     console.error('Gateway scale: 1,000,000 keys and 100,000 organizations, files and PostgreSQL (about 15 minutes)...')
