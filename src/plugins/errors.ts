@@ -7,6 +7,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { ErrorSchema } from '../schemas/common.js'
 import { logRawAnswer, logRequestCompleted } from '../access-log.js'
 import { redactAndTruncate } from '../secrets.js'
+import { ECHO_MAX } from '../truncate.js'
 import { REQUEST_ID_HEADER, newRequestId } from './request-id.js'
 import { announcesBody } from './request-checks.js'
 
@@ -14,11 +15,6 @@ import { announcesBody } from './request-checks.js'
 // reading WebSocket loads the fetch client bundled in Node.js (undici), 50 ms and more of each start.
 const { STATUS_CODES } = createRequire(import.meta.url)('node:http') as typeof import('node:http')
 
-/**
- * How much of a path or a value a message echoes back: enough to recognise it, never a flood; a key
- * in it is not echoed (redactAndTruncate), since answers end up in logs and tickets too.
- */
-export const ECHO_MAX = 200
 /** A 4xx message, whatever it quotes, stays one short line. */
 const MESSAGE_MAX = 512
 

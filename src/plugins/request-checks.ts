@@ -3,8 +3,7 @@ import fp from 'fastify-plugin'
 import createError from '@fastify/error'
 import { errorCodes, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import { REQUEST_ID_HEADER } from './request-id.js'
-import { truncate } from '../truncate.js'
-import { ECHO_MAX } from './errors.js'
+import { ECHO_MAX, truncate } from '../truncate.js'
 
 const MissingHost = createError('MISSING_HOST_HEADER', 'Missing Host header: HTTP/1.1 requires one', 400)
 const RepeatedHeader = createError('REPEATED_HEADER', 'The %s header is sent more than once', 400)

@@ -5,7 +5,7 @@ import { MemberPageQuerySchema, MemberPageSchema } from '../../schemas/member.js
 import { BadRequestResponse, ErrorResponse, NotModifiedResponse } from '../../schemas/common.js'
 import { apiKeyOf, requireManagementKey } from '../../plugins/auth.js'
 import type { Senders } from './send.js'
-import { ECHO_MAX } from '../../plugins/errors.js'
+import { ECHO_MAX } from '../../truncate.js'
 import { redactAndTruncate } from '../../secrets.js'
 
 const OrganizationNotFound = createError('ORGANIZATION_NOT_FOUND', 'Organization %s not found', 404)
