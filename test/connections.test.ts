@@ -1,8 +1,8 @@
 import { once } from 'node:events'
 import { describe, expect, it } from 'vitest'
 import { loadConfig } from '../src/config.js'
-import { KEYS, build, captureLogs } from './helper.js'
-import { exchange, openConnection, portOf } from './raw-http.js'
+import { KEYS, bearer, build, captureLogs, makeData, makeProvider } from './helper.js'
+import { exchange, openConnection, parseAnswer, portOf } from './raw-http.js'
 
 const defaults = loadConfig({})
 
@@ -48,6 +48,28 @@ describe('connection timeouts', () => {
     const answer = await trickle(socket, `GET /health HTTP/1.1\r\nHost: test\r\nX-Slow: ${'a'.repeat(1000)}\r\n\r\n`, (next) => setTimeout(next, 50))
     expect(answer?.status).toBe(408)
     await once(socket, 'close')
+  })
+
+  it('gives no second answer on a connection whose answer is still going out when the next request times out', async () => {
+    const logs = captureLogs()
+    // An answer of some 5 MB to a client that does not read it: most of it waits in the server's socket.
+    const providers = Array.from({ length: 20_000 }, (_, i) => makeProvider(i))
+    const app = build({ data: makeData({ providers }), settings: { ...defaults, HEADERS_TIMEOUT_MS: 300 }, log: logs.log })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const socket = await openConnection(portOf(app))
+    const { authorization } = bearer(KEYS.alphaStandard)
+    // A second request whose headers never end, sent with the first (pipelined): it times out.
+    socket.write(`GET /v1/providers HTTP/1.1\r\nHost: test\r\nAuthorization: ${authorization}\r\n\r\nGET /health HTTP/1.1\r\nHost: te`)
+    await expect.poll(() => logs.lines.some((line) => line.clientError === 'ERR_HTTP_REQUEST_TIMEOUT'), { timeout: 5000 }).toBe(true)
+
+    const chunks: Buffer[] = []
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk))
+    await once(socket, 'close')
+    const text = Buffer.concat(chunks).toString('latin1')
+    const answer = parseAnswer(text)
+    expect(answer?.status).toBe(200)
+    // The whole answer, and nothing after it: a 408 there would read as the answer to another request.
+    expect(text.length - text.indexOf('\r\n\r\n') - 4).toBe(Number(answer!.headers['content-length']))
   })
 
   it('closes a connection that sends nothing, or nothing more, after KEEP_ALIVE_TIMEOUT_MS', async () => {

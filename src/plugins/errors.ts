@@ -94,8 +94,11 @@ export function clientErrorHandler (this: FastifyInstance, error: Error & { code
   const requestId = newRequestId()
   // The parser's reason is its own fixed text ("Invalid header value char"), never the client's bytes.
   const message = `${STATUS_CODES[status]}${error.reason ? `: ${error.reason}` : ''}`
-  // A request timeout can strike while the request is being answered: no second answer then.
-  const answering = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true
+  // A timeout can strike while an answer is still going out on the connection (to a client that reads
+  // slowly): no second answer then, which the client would take for the answer to its next request.
+  // Every answer of this server is written whole (a buffer, never a stream), so an answer is going out
+  // exactly while the socket holds bytes not yet written.
+  const answering = socket.writableLength > 0
   if (socket.writable && !answering) writeRawError(socket, requestId, status, message)
   logRawAnswer(this.log, { reqId: requestId, statusCode: status, clientError: error.code })
   socket.destroySoon()
