@@ -10,7 +10,7 @@
 // - @fastify/swagger and @fastify/swagger-ui: loaded on first use, and Swagger UI serves the files
 //   of its own package;
 // - pg and ioredis: loaded only when DATABASE_URL or REDIS_URL is set.
-// (Fastify's Ajv compiler is required from Fastify's folder on first use: not an import at all.)
+// (The Ajv compiler, @fastify/ajv-compiler, is required on first use: not an import at all.)
 import { dirname } from 'node:path'
 import { build } from 'esbuild'
 

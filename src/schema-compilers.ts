@@ -4,8 +4,9 @@ import type { FastifySchemaCompiler, FastifySchemaValidationError, FastifyServer
 type CompilersFactory = NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>
 type ValidatorCompiler = FastifySchemaCompiler<unknown>
 
-/** Fastify's own Ajv compiler, the copy Fastify itself would load (it is Fastify's dependency, not ours). */
-const requireFromFastify = createRequire(import.meta.resolve('fastify'))
+// Required on first use, not imported (see below). The same major version as Fastify's own, which
+// npm installs once for both; test/schema-compilers.test.ts holds the two validators' answers equal.
+const requireOnFirstUse = createRequire(import.meta.url)
 
 /**
  * Fastify's default validation (Ajv, with Fastify's options and our shared schemas), built when a
@@ -22,7 +23,7 @@ function buildValidatorOnFirstUse (externalSchemas: unknown, ajvOptions: unknown
     // Fastify reads `errors` from the function it was given when it returns false, as from Ajv's.
     const validateOnFirstUse = Object.assign((data: unknown) => {
       if (validate === undefined) {
-        compile ??= requireFromFastify('@fastify/ajv-compiler')()(externalSchemas, ajvOptions)
+        compile ??= requireOnFirstUse('@fastify/ajv-compiler')()(externalSchemas, ajvOptions)
         validate = compile!(route)
       }
       const result = validate(data)
