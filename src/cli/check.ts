@@ -1,12 +1,26 @@
 // Validates a data folder the way the server does at start, without starting one: for CI pipelines
-// that build data. Usage: npm run check -- --fixtures-dir DIR (default: FIXTURES_DIR, else the bundled data)
-import { parseArgs } from 'node:util'
+// that build data.
 import { loadConfig } from '../config.js'
 import { countRecords } from '../repositories/records.js'
 import { loadFixtures } from '../repositories/sources/files.js'
+import { readCommandLine } from './command-line.js'
+
+const HELP = `Validates a data folder the way the server does at start, without starting a server.
+
+usage: npm run check -- [--fixtures-dir <dir>]
+
+  --fixtures-dir <dir>  the folder to check (default: FIXTURES_DIR, else the bundled fixtures/)
+  -h, --help            prints this help
+
+Prints the counts of a valid folder and exits 0, or the first problem (file, record, field) and exits 1.
+`
 
 async function main () {
-  const { values } = parseArgs({ options: { 'fixtures-dir': { type: 'string' } } })
+  const { values } = readCommandLine('check', { 'fixtures-dir': { type: 'string' } })
+  if (values.help) {
+    process.stdout.write(HELP)
+    return
+  }
   const dir = values['fixtures-dir'] ?? loadConfig().FIXTURES_DIR
   const data = await loadFixtures(dir)
   const { providers, endpoints, organizations, members, keys } = countRecords(data)

@@ -1,8 +1,6 @@
-// The PostgreSQL store: npm run db -- migrate | import --fixtures-dir DIR | export --fixtures-dir DIR
-// DATABASE_URL names the database; DATABASE_CONNECT_TIMEOUT_MS bounds the wait for it.
+// npm run db: the PostgreSQL store's schema, and its data in and out as a folder's files.
 import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
-import { parseArgs } from 'node:util'
 import { loadConfig } from '../config.js'
 import { RECORD_KINDS, countRecords } from '../repositories/records.js'
 import { FIXTURE_FILES, loadFixtures } from '../repositories/sources/files.js'
@@ -11,14 +9,61 @@ import { connectPostgres, createPostgresSource, locationOf } from '../repositori
 import { migrate } from '../repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../repositories/sources/postgres-write.js'
 import { readAll } from '../repositories/source.js'
+import { readCommandLine, refuseCommandLine } from './command-line.js'
 
 const USAGE = 'usage: npm run db -- migrate | import --fixtures-dir <dir> | export --fixtures-dir <dir>'
 
+const DATABASE = `DATABASE_URL names the database (postgresql://user:password@host:port/database);
+DATABASE_CONNECT_TIMEOUT_MS bounds how long one that does not answer is tried again.
+`
+
+const FILES = Object.values(FIXTURE_FILES).join(', ')
+
+const COMMAND_HELP = new Map([
+  ['migrate', `Creates the schema, or applies the migrations it lacks, in one transaction. Safe when several
+replicas or Jobs run it at once: the first applies, the others find nothing to do.
+
+usage: npm run db -- migrate
+`],
+  ['import', `Reads and validates a folder's files exactly as the server does, then replaces every row with
+them in one transaction: all or nothing. Bad data never reaches the database.
+
+usage: npm run db -- import --fixtures-dir <dir>
+
+  --fixtures-dir <dir>  the folder of ${FILES}
+`],
+  ['export', `Writes the data out as a folder's files, read as a replica reads them: import then export
+gives the same files.
+
+usage: npm run db -- export --fixtures-dir <dir>
+
+  --fixtures-dir <dir>  the folder (created when missing) where ${FILES} are written
+`]
+])
+
+const HELP = `The directory in PostgreSQL: its schema, and its data in and out as a folder's files.
+
+usage: npm run db -- migrate
+       npm run db -- import --fixtures-dir <dir>
+       npm run db -- export --fixtures-dir <dir>
+
+  migrate     creates or upgrades the schema
+  import      validates a folder's files, then replaces all the data with them
+  export      writes the data out as a folder's files
+  -h, --help  prints this help; npm run db -- <command> --help, that of a command
+
+${DATABASE}`
+
 async function main () {
-  const { positionals, values } = parseArgs({ allowPositionals: true, options: { 'fixtures-dir': { type: 'string' } } })
+  const { positionals, values } = readCommandLine('db', { 'fixtures-dir': { type: 'string' } }, true)
   const [command, ...rest] = positionals
+  const commandHelp = COMMAND_HELP.get(command ?? '')
+  if (values.help) {
+    process.stdout.write(commandHelp ? `${commandHelp}\n${DATABASE}` : HELP)
+    return
+  }
   const dir = values['fixtures-dir']
-  if (rest.length > 0 || (command === 'migrate' ? dir !== undefined : !dir) || !['migrate', 'import', 'export'].includes(command ?? '')) throw new Error(USAGE)
+  if (rest.length > 0 || (command === 'migrate' ? dir !== undefined : !dir) || !commandHelp) refuseCommandLine('db', USAGE)
 
   const config = loadConfig()
   const url = config.DATABASE_URL

@@ -1,12 +1,9 @@
 // Mints an API key (prints it once, records only its SHA-256) or revokes one, in the data the
 // servers read: the database when DATABASE_URL is set, else keys.json of the data folder.
 // Running servers follow the change; no restart.
-// Usage: npm run key -- --kind management --org org_x --name ci [--fixtures-dir DIR]
-//        npm run key -- revoke --name ci [--fixtures-dir DIR]
 import { hash, randomBytes } from 'node:crypto'
 import { access } from 'node:fs/promises'
 import { join } from 'node:path'
-import { parseArgs } from 'node:util'
 import { loadConfig } from '../config.js'
 import { validateRecords } from '../repositories/records.js'
 import { FIXTURE_FILES } from '../repositories/sources/files.js'
@@ -14,9 +11,28 @@ import { readJsonFile, writeJsonFile } from '../repositories/json-file.js'
 import { connectPostgres, locationOf } from '../repositories/sources/postgres.js'
 import { deleteKey, insertKey, organizationExists } from '../repositories/sources/postgres-write.js'
 import { KEY_KINDS, type ApiKey } from '../schemas/fixtures.js'
+import { readCommandLine, refuseCommandLine } from './command-line.js'
 
 const USAGE = 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--fixtures-dir <dir>]' +
   ' | npm run key -- revoke --name <label> [--fixtures-dir <dir>]'
+
+const HELP = `Mints an API key, or revokes one, where the servers read keys: the keys table when DATABASE_URL is
+set, else keys.json of a data folder. Running servers follow the change without a restart.
+
+usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--fixtures-dir <dir>]
+       npm run key -- revoke --name <label> [--fixtures-dir <dir>]
+
+  --kind standard|management  a standard key lists providers and endpoints; a management key also
+                              lists the members of its organization
+  --org <organization id>     the organization the key belongs to
+  --name <label>              the key's name, unique: what revoke takes
+  --fixtures-dir <dir>        keys.json of this folder, even when DATABASE_URL is set (default:
+                              DATABASE_URL, else FIXTURES_DIR; never the bundled fixtures/)
+  -h, --help                  prints this help
+
+The key is printed once, on stdout; only its SHA-256 is recorded. Capture it without npm's banner:
+  KEY=$(npm run -s key -- --kind standard --org <organization id> --name <label> --fixtures-dir <dir>)
+`
 
 /** Where keys are kept: the keys table, or keys.json of a folder. */
 interface KeyStore {
@@ -78,21 +94,22 @@ async function readKeys (file: string, mayBeMissing: boolean): Promise<ApiKey[]>
 }
 
 async function main () {
-  const { positionals, values } = parseArgs({
-    allowPositionals: true,
-    options: {
-      kind: { type: 'string' },
-      org: { type: 'string' },
-      name: { type: 'string' },
-      'fixtures-dir': { type: 'string' }
-    }
-  })
+  const { positionals, values } = readCommandLine('key', {
+    kind: { type: 'string' },
+    org: { type: 'string' },
+    name: { type: 'string' },
+    'fixtures-dir': { type: 'string' }
+  }, true)
+  if (values.help) {
+    process.stdout.write(HELP)
+    return
+  }
   const revoking = positionals[0] === 'revoke'
   const kind = KEY_KINDS.find((k) => k === values.kind)
   const valid = revoking
     ? positionals.length === 1 && values.name && values.kind === undefined && values.org === undefined
     : positionals.length === 0 && kind !== undefined && values.org && values.name
-  if (!valid) throw new Error(USAGE)
+  if (!valid) refuseCommandLine('key', USAGE)
   const name = values.name!
 
   const store = await openStore(values['fixtures-dir'])

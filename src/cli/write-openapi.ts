@@ -1,14 +1,27 @@
 // Writes docs/openapi.json: the document the server serves at /v1/openapi.json, byte for byte,
-// committed so that a change of the contract shows in review. Usage: npm run openapi
+// committed so that a change of the contract shows in review.
 import { mkdir, writeFile } from 'node:fs/promises'
 import { dirname } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { buildApp } from '../app.js'
 import { fixedSnapshots } from '../repositories/lifecycle.js'
+import { readCommandLine } from './command-line.js'
 
 const OPENAPI_FILE = fileURLToPath(new URL('../../docs/openapi.json', import.meta.url))
 
+const HELP = `Writes docs/openapi.json: the document the server serves at /v1/openapi.json, byte for byte.
+It is committed, so that a change of the contract shows in review; a test fails until it is rewritten.
+
+usage: npm run openapi
+
+  -h, --help  prints this help
+`
+
 async function main () {
+  if (readCommandLine('openapi', {}).values.help) {
+    process.stdout.write(HELP)
+    return
+  }
   // The document depends on the routes, not on the data: an empty directory will do.
   const app = buildApp({ snapshots: await fixedSnapshots({ providers: [], endpoints: [], organizations: [], keys: [] }) })
   const res = await app.inject({ url: '/v1/openapi.json' })

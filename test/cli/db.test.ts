@@ -167,8 +167,8 @@ describe('npm run db', () => {
     [['import'], 'usage:'],
     [['dump', '--fixtures-dir', '/tmp'], 'usage:'],
     [['migrate', 'now'], 'usage:']
-  ])('refuses %o with one line', async (args, message) => {
-    await expect(db(url, ...args)).rejects.toMatchObject({ code: 1, stderr: expect.stringContaining(message) })
+  ])('refuses %o with one line, exit 2', async (args, message) => {
+    await expect(db(url, ...args)).rejects.toMatchObject({ code: 2, stderr: expect.stringMatching(new RegExp(`^${message}[^\\n]*\\n$`)) })
   })
 
   it('says what is missing when DATABASE_URL is not set', async () => {

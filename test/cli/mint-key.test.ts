@@ -45,12 +45,13 @@ describe('npm run key', () => {
   })
 
   it.each([
-    [['--kind', 'root', '--org', 'o', '--name', 'x'], 'usage:'],
-    [['--org', 'o', '--name', 'x'], 'usage:'],
-    [['--kind', 'standard', '--org', 'o', '--name', 'acme-management'], 'exists already']
-  ])('refuses %o and leaves keys.json as it was', async (args, message) => {
+    // A command line it does not understand exits 2, bad data 1.
+    [['--kind', 'root', '--org', 'o', '--name', 'x'], 2, 'usage:'],
+    [['--org', 'o', '--name', 'x'], 2, 'usage:'],
+    [['--kind', 'standard', '--org', 'o', '--name', 'acme-management'], 1, 'exists already']
+  ])('refuses %o and leaves keys.json as it was', async (args, code, message) => {
     const before = await readFile(join(dir, 'keys.json'), 'utf8')
-    await expect(mintKey(...args, '--fixtures-dir', dir)).rejects.toMatchObject({ code: 1, stderr: expect.stringContaining(message) })
+    await expect(mintKey(...args, '--fixtures-dir', dir)).rejects.toMatchObject({ code, stderr: expect.stringContaining(message) })
     expect(await readFile(join(dir, 'keys.json'), 'utf8')).toBe(before)
   })
 })

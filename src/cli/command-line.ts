@@ -1,0 +1,26 @@
+// What every command does with its command line. --help (-h) is an option of each, so that a
+// newcomer's first guess works; a command line the command does not understand exits 2 with one
+// line that says so and points to --help, which a script and a reader tell apart from bad data (1).
+import { parseArgs, type ParseArgsOptionsConfig } from 'node:util'
+
+const HELP_OPTION = { help: { type: 'boolean', short: 'h' } } as const
+
+/** The command line of `npm run <command>`, parsed with `options` and --help; refused when it does not parse. */
+export function readCommandLine<T extends ParseArgsOptionsConfig> (command: string, options: T, allowPositionals = false) {
+  try {
+    return parseArgs({ options: { ...options, ...HELP_OPTION }, allowPositionals, strict: true })
+  } catch (error) {
+    const { code, message } = error as { code?: string, message: string }
+    if (!code?.startsWith('ERR_PARSE_ARGS_')) throw error
+    // Node.js's first sentence names the problem (`Unknown option '--fixture-dir'`); the next ones
+    // give advice about `--` that fits none of our commands.
+    const problem = message.split('. ')[0]!
+    refuseCommandLine(command, problem.charAt(0).toLowerCase() + problem.slice(1))
+  }
+}
+
+/** Exits 2 with one line: what is wrong with the command line, and where the usage is. */
+export function refuseCommandLine (command: string, problem: string): never {
+  process.stderr.write(`${problem}; see npm run ${command} -- --help\n`)
+  process.exit(2)
+}

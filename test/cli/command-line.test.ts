@@ -1,0 +1,75 @@
+import { execFile } from 'node:child_process'
+import { readFile } from 'node:fs/promises'
+import { promisify } from 'node:util'
+import { describe, expect, it } from 'vitest'
+
+const run = promisify(execFile)
+/** Runs a command of dist/cli with no DATABASE_URL or FIXTURES_DIR: answers its exit code and output. */
+const command = (file: string, ...args: string[]) =>
+  run(process.execPath, [`dist/cli/${file}`, ...args], { env: { PATH: process.env.PATH ?? '' } }).then(
+    ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+    (error: { code: number, stdout: string, stderr: string }) => ({ code: error.code, stdout: error.stdout, stderr: error.stderr }))
+
+const COMMANDS = [
+  { name: 'key', file: 'mint-key.js', usage: 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--fixtures-dir <dir>]' },
+  { name: 'check', file: 'check.js', usage: 'usage: npm run check -- [--fixtures-dir <dir>]' },
+  { name: 'db', file: 'db.js', usage: 'usage: npm run db -- migrate' },
+  { name: 'openapi', file: 'write-openapi.js', usage: 'usage: npm run openapi' }
+]
+
+describe('--help', () => {
+  it.each(COMMANDS.flatMap((entry) => [[entry.name, '--help', entry], [entry.name, '-h', entry]] as const))(
+    'npm run %s -- %s prints the usage on stdout and exits 0', async (_name, flag, { file, usage }) => {
+      const { code, stdout, stderr } = await command(file, flag)
+      expect({ code, stderr }).toEqual({ code: 0, stderr: '' })
+      expect(stdout).toContain(`${usage}\n`)
+    })
+
+  it.each([
+    ['migrate', 'usage: npm run db -- migrate\n'],
+    ['import', 'usage: npm run db -- import --fixtures-dir <dir>\n'],
+    ['export', 'usage: npm run db -- export --fixtures-dir <dir>\n']
+  ])('npm run db -- %s --help prints the usage of that command, and touches no database', async (subcommand, usage) => {
+    const { code, stdout, stderr } = await command('db.js', subcommand, '--help')
+    expect({ code, stderr }).toEqual({ code: 0, stderr: '' })
+    expect(stdout).toContain(usage)
+    expect(stdout).not.toContain('usage: npm run db -- migrate\n       npm run db -- import')
+  })
+
+  it('npm run openapi -- --help leaves docs/openapi.json alone', async () => {
+    const before = await readFile('docs/openapi.json')
+    const { code, stderr } = await command('write-openapi.js', '--help')
+    expect({ code, stderr }).toEqual({ code: 0, stderr: '' })
+    expect(await readFile('docs/openapi.json')).toEqual(before)
+  })
+
+  it('wins over the other options, which are not checked', async () => {
+    const { code, stdout } = await command('mint-key.js', 'revoke', '--kind', 'root', '--help')
+    expect(code).toBe(0)
+    expect(stdout).toContain('npm run key -- revoke --name <label>')
+  })
+})
+
+describe('a command line a command does not understand', () => {
+  it.each(COMMANDS.map(({ name, file }) => [name, file]))('npm run %s names an unknown option and points to --help, exit 2', async (name, file) => {
+    const { code, stdout, stderr } = await command(file, '--fixture-dir', 'x')
+    expect({ code, stdout, stderr }).toEqual({ code: 2, stdout: '', stderr: `unknown option '--fixture-dir'; see npm run ${name} -- --help\n` })
+  })
+
+  it.each([
+    ['check.js', ['--fixtures-dir'], "option '--fixtures-dir <value>' argument missing; see npm run check -- --help\n"],
+    ['check.js', ['fixtures'], "unexpected argument 'fixtures'; see npm run check -- --help\n"],
+    ['write-openapi.js', ['now'], "unexpected argument 'now'; see npm run openapi -- --help\n"],
+    ['db.js', ['dump'], 'usage: npm run db -- migrate | import --fixtures-dir <dir> | export --fixtures-dir <dir>; see npm run db -- --help\n'],
+    ['mint-key.js', ['-x'], "unknown option '-x'; see npm run key -- --help\n"]
+  ])('%s %j: one line saying what is wrong, exit 2', async (file, args, line) => {
+    const { code, stdout, stderr } = await command(file, ...args)
+    expect({ code, stdout, stderr }).toEqual({ code: 2, stdout: '', stderr: line })
+  })
+
+  it('is told apart from bad data, which exits 1', async () => {
+    const { code, stderr } = await command('check.js', '--fixtures-dir', 'no-such-folder')
+    expect(code).toBe(1)
+    expect(stderr).toMatch(/^invalid: /)
+  })
+})
