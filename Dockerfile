@@ -5,7 +5,7 @@ COPY package.json package-lock.json ./
 # The cache mount keeps npm's download cache out of the layers and warm across builds.
 RUN --mount=type=cache,target=/root/.npm npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
-COPY scripts/bundle.mjs ./scripts/
+COPY scripts/build.mjs scripts/bundle.mjs ./scripts/
 COPY src ./src
 RUN npm run build
 

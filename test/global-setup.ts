@@ -1,7 +1,6 @@
 import { execFileSync } from 'node:child_process'
 
 export default function setup () {
-  // `npm run build`: tsc, then the server's bundle.
-  execFileSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit' })
-  execFileSync(process.execPath, ['scripts/bundle.mjs'], { stdio: 'inherit' })
+  // As npm start does: dist/ built from the current sources, and not built again when it is.
+  execFileSync(process.execPath, ['scripts/build.mjs', '--if-stale'], { stdio: 'inherit' })
 }

@@ -94,7 +94,7 @@ describe('the PostgreSQL variant of the Kubernetes manifests (deploy/kubernetes-
   it('migrates with the command of npm run db -- migrate, in the service\'s image, as the node user', async () => {
     const scripts = JSON.parse(await readFile('package.json', 'utf8')).scripts as Record<string, string>
     const container = job.spec!.template.spec!.containers[0]!
-    expect(`npm run build --silent && ${container.command!.slice(0, 2).join(' ')}`).toBe(scripts.db)
+    expect(`node scripts/build.mjs --if-stale && ${container.command!.slice(0, 2).join(' ')}`).toBe(scripts.db)
     expect(container.command!.slice(2)).toEqual(['migrate'])
     expect(container.image).toBe(deployment.spec!.template.spec!.containers[0]!.image)
     expect(job.spec!.template.spec!.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 1000 })

@@ -1,0 +1,52 @@
+// `npm run build`: tsc, then the server's bundle (bundle.mjs). With --if-stale, only when something
+// the build reads changed since the last build that succeeded: npm start, the commands (npm run key,
+// check, db, openapi) and the tests' set-up then start at once when nothing changed, and still never
+// run code older than the sources. Comparing modification times answers sooner than tsc's incremental
+// build, which reads every file again, and leaves the bundle to decide apart.
+import { execFileSync } from 'node:child_process'
+import { readdirSync, statSync, utimesSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+process.chdir(fileURLToPath(new URL('..', import.meta.url)))
+
+/**
+ * Written when a build succeeds, dated when it started: a file saved while tsc ran is newer, and is
+ * built next time. A build that failed writes none, so the next one runs again and says why.
+ */
+const STAMP = 'dist/.build-stamp'
+
+/**
+ * What the build reads: the sources (a file added, renamed or deleted changes its folder's time), the
+ * compiler's settings, the build itself, and the dependencies the bundle holds (npm ci and npm install
+ * rewrite node_modules/.package-lock.json).
+ */
+const INPUTS = ['src', 'tsconfig.json', 'tsconfig.build.json', 'scripts/build.mjs', 'scripts/bundle.mjs', 'package.json', 'package-lock.json', 'node_modules/.package-lock.json']
+
+/** The latest modification time of `path` and, for a folder, of all it holds; 0 when it does not exist. */
+function lastChange (path) {
+  const stat = statSync(path, { throwIfNoEntry: false })
+  if (stat === undefined) return 0
+  if (!stat.isDirectory()) return stat.mtimeMs
+  return Math.max(stat.mtimeMs, ...readdirSync(path).map((entry) => lastChange(join(path, entry))))
+}
+
+function isCurrent () {
+  const built = statSync(STAMP, { throwIfNoEntry: false })?.mtimeMs
+  // Equal counts as changed: on a file system that keeps whole seconds, a file saved in the second the
+  // build started may not have been read.
+  return built !== undefined && INPUTS.every((input) => lastChange(input) < built)
+}
+
+if (!(process.argv.includes('--if-stale') && isCurrent())) {
+  const started = new Date()
+  try {
+    execFileSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit' })
+  } catch (error) {
+    // tsc has said why on stderr.
+    process.exit(error.status ?? 1)
+  }
+  await import('./bundle.mjs')
+  writeFileSync(STAMP, '')
+  utimesSync(STAMP, started, started)
+}

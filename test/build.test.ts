@@ -1,0 +1,51 @@
+import { execFile } from 'node:child_process'
+import { cp, mkdtemp, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { promisify } from 'node:util'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+
+const run = promisify(execFile)
+
+describe('node scripts/build.mjs --if-stale (what npm start, npm run key, check, db and openapi run first)', () => {
+  // A copy of what the build reads, built apart: the repository's own dist/ serves the other tests.
+  let dir: string
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'build-'))
+    for (const path of ['src', 'scripts/build.mjs', 'scripts/bundle.mjs', 'tsconfig.json', 'tsconfig.build.json', 'package.json', 'package-lock.json']) {
+      await cp(path, join(dir, path), { recursive: true })
+    }
+    await symlink(resolve('node_modules'), join(dir, 'node_modules'))
+  })
+  afterEach(() => rm(dir, { recursive: true, force: true }))
+
+  const build = () => run(process.execPath, [join(dir, 'scripts/build.mjs'), '--if-stale']).then(
+    ({ stdout, stderr }) => ({ code: 0, output: stdout + stderr }),
+    (error: { code: number, stdout: string, stderr: string }) => ({ code: error.code, output: error.stdout + error.stderr }))
+  const check = async () => (await run(process.execPath, [join(dir, 'dist/cli/check.js'), '--fixtures-dir', 'fixtures'])).stdout
+  const builtAt = async () => (await stat(join(dir, 'dist/main.js'))).mtimeMs
+
+  it('builds when there is no build, then not again until a source changes, then runs the changed source', async () => {
+    expect(await build()).toEqual({ code: 0, output: '' })
+    expect(await check()).toMatch(/: valid: /)
+    const first = await builtAt()
+
+    expect(await build()).toEqual({ code: 0, output: '' })
+    expect(await builtAt()).toBe(first)
+
+    const file = join(dir, 'src/cli/check.ts')
+    await writeFile(file, (await readFile(file, 'utf8')).replace(': valid: ', ': valid (edited): '))
+    expect(await build()).toEqual({ code: 0, output: '' })
+    expect(await check()).toMatch(/: valid \(edited\): /)
+  }, 120_000)
+
+  it('runs a build that failed again, and says why again, rather than running what it left', async () => {
+    const file = join(dir, 'src/truncate.ts')
+    await writeFile(file, `${await readFile(file, 'utf8')}\nexport const broken: number = 'text'\n`)
+    for (let tries = 0; tries < 2; tries++) {
+      const { code, output } = await build()
+      expect(code).not.toBe(0)
+      expect(output).toContain("error TS2322: Type 'string' is not assignable to type 'number'.")
+    }
+  }, 120_000)
+})
