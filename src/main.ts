@@ -2,7 +2,7 @@
 import module from 'node:module'
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
-import { loadConfig } from './config.js'
+import { corsOrigins, loadConfig, type Config } from './config.js'
 import { createLifecycle, type Lifecycle } from './repositories/lifecycle.js'
 import { createFileSource } from './repositories/sources/files.js'
 import type { Source } from './repositories/source.js'
@@ -14,6 +14,42 @@ function refuseToStart (error: unknown): never {
   const message = error instanceof Error ? error.message : String(error)
   process.stderr.write(`cannot start: ${truncate(message.replace(/\s+/g, ' ').trim(), 500)}\n`)
   process.exit(1)
+}
+
+/**
+ * A Redis URL for a log line: without its password, which the log's readers are not all meant to know,
+ * nor its query, where ioredis takes options, a password among them.
+ */
+function redisLocation (url: string) {
+  try {
+    const parsed = new URL(url)
+    parsed.password = ''
+    parsed.search = ''
+    return parsed.href
+  } catch {
+    return '(REDIS_URL)'
+  }
+}
+
+/**
+ * What the server uses, in the words of a start line: an operator reads there that the settings took
+ * (a REDIS_URL or TRUST_PROXY left unset shows as such, not as silence).
+ */
+function describeUse (config: Config, source: Source) {
+  const data = `${config.DATABASE_URL ? 'PostgreSQL at' : 'files in'} ${source.location}`
+  // Mirrors createRateLimits: with both limits off, nothing is counted anywhere.
+  const rateLimits = config.RATE_LIMIT_PER_MINUTE === 0 && config.RATE_LIMIT_ANONYMOUS_PER_MINUTE === 0
+    ? 'off'
+    : config.REDIS_URL ? `in Redis at ${redisLocation(config.REDIS_URL)}` : 'in memory'
+  const origins = corsOrigins(config)
+  const trust = config.TRUST_PROXY
+  // As app.ts reads it: digits alone are a number of hops, anything else addresses and ranges.
+  const hops = trust !== undefined && /^[0-9]+$/.test(trust) ? Number(trust) : undefined
+  const proxies = trust === undefined ? 'none' : hops === undefined ? trust : `${hops} hop${hops === 1 ? '' : 's'}`
+  return {
+    fields: { data, rate_limits: rateLimits, cors_origins: origins, trusted_proxies: proxies },
+    message: `using ${data}; rate limits ${rateLimits}; CORS origins: ${origins.join(', ') || 'none'}; trusted proxies: ${proxies}`
+  }
 }
 
 async function main () {
@@ -63,6 +99,8 @@ async function main () {
     // A port in use, an address this host does not have: as plain as a bad setting.
     refuseToStart(error)
   }
+  const use = describeUse(config, source)
+  app.log.info(use.fields, use.message)
   const { version, fingerprint, records } = lifecycle.info()
   app.log.info({ source: source.name, location: source.location, snapshot: { version, fingerprint }, records, docs: `${address}/docs` }, `directory loaded; the API reference is at ${address}/docs`)
   // The start-up lines are worth seeing at once, not up to a second later.

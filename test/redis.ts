@@ -17,15 +17,15 @@ export interface RedisServer {
 
 /**
  * A real redis-server (Debian's package, .ci/run installs it) on a free port, in a temporary folder,
- * persisting nothing; resolves once it accepts connections.
+ * persisting nothing, asking for `password` when given; resolves once it accepts connections.
  */
-export async function startRedis (): Promise<RedisServer> {
+export async function startRedis ({ password }: { password?: string } = {}): Promise<RedisServer> {
   const dir = await mkdtemp(join(tmpdir(), 'redis-'))
   const port = await freePort()
   let child: ChildProcess | undefined
 
   async function start () {
-    const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no', ...(password ? ['--requirepass', password] : [])], { stdio: ['ignore', 'pipe', 'pipe'] })
     child = server
     let output = ''
     await new Promise<void>((resolve, reject) => {

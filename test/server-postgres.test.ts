@@ -108,6 +108,7 @@ describe('replicas on one PostgreSQL database', () => {
     for (const replica of replicas) {
       const output = replica.output()
       expect(output).toContain('"location":"postgresql://postgres@127.0.0.1')
+      expect(output).toContain(`"msg":"using PostgreSQL at ${url}; rate limits in memory;`)
       for (const secret of [key, sha256(key), 's3cret-pw']) expect(output).not.toContain(secret)
     }
   })

@@ -5,7 +5,9 @@ import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { BUNDLED_FIXTURES_DIR } from '../src/config.js'
 import { BUNDLED_MANAGEMENT_KEY, failToStart, startServer } from './process.js'
+import { startRedis, type RedisServer } from './redis.js'
 
 
 describe('the server process on the bundled fixtures', () => {
@@ -35,6 +37,61 @@ describe('the server process on the bundled fixtures', () => {
     const server = await startServer()
     server.process.kill('SIGINT')
     expect(await server.exited).toBe(0)
+  })
+})
+
+describe('the start lines', () => {
+  /** The lines of a server started with `env` and stopped at once. */
+  async function startLines (env: Record<string, string> = {}) {
+    const server = await startServer(env)
+    server.process.kill('SIGTERM')
+    expect(await server.exited).toBe(0)
+    return { output: server.output(), lines: server.output().trim().split('\n').map((line) => JSON.parse(line) as Record<string, unknown>) }
+  }
+
+  it('say where the data is read, that rate limits count in memory, and that no origin and no proxy is trusted, by default', async () => {
+    const { lines } = await startLines()
+    expect(lines.filter((line) => String(line.msg).startsWith('using '))).toEqual([expect.objectContaining({
+      level: 30,
+      msg: `using files in ${BUNDLED_FIXTURES_DIR}; rate limits in memory; CORS origins: none; trusted proxies: none`,
+      data: `files in ${BUNDLED_FIXTURES_DIR}`,
+      rate_limits: 'in memory',
+      cors_origins: [],
+      trusted_proxies: 'none'
+    })])
+  })
+
+  describe('with Redis, CORS origins and proxies set', () => {
+    let redis: RedisServer
+    beforeAll(async () => { redis = await startRedis({ password: 's3cret-pw' }) })
+    afterAll(() => redis?.close())
+
+    it.each([
+      ['in the URL\'s user information', (url: string) => url.replace('redis://', 'redis://:s3cret-pw@')],
+      ['in its query, where ioredis takes options', (url: string) => `${url}?password=s3cret-pw`]
+    ])('name Redis without its password (%s), the origins and the proxies', async (_where, withPassword) => {
+      const { lines, output } = await startLines({
+        REDIS_URL: withPassword(redis.url),
+        CORS_ORIGINS: 'https://dash.example, https://admin.example:8443',
+        TRUST_PROXY: '10.0.0.0/8, 127.0.0.1'
+      })
+      expect(lines.find((line) => String(line.msg).startsWith('using '))).toMatchObject({
+        msg: `using files in ${BUNDLED_FIXTURES_DIR}; rate limits in Redis at ${redis.url}; ` +
+          'CORS origins: https://dash.example, https://admin.example:8443; trusted proxies: 10.0.0.0/8, 127.0.0.1',
+        rate_limits: `in Redis at ${redis.url}`,
+        cors_origins: ['https://dash.example', 'https://admin.example:8443'],
+        trusted_proxies: '10.0.0.0/8, 127.0.0.1'
+      })
+      // The password was right: Redis counted, and never refused.
+      expect(output).not.toContain('rate-limit store (Redis) unavailable')
+      expect(output).not.toContain('s3cret-pw')
+    })
+
+    it('say rate limits are off when both limits are 0, whatever REDIS_URL says', async () => {
+      const { lines } = await startLines({ REDIS_URL: redis.url, RATE_LIMIT_PER_MINUTE: '0', RATE_LIMIT_ANONYMOUS_PER_MINUTE: '0', TRUST_PROXY: '2' })
+      expect(lines.find((line) => String(line.msg).startsWith('using '))?.msg)
+        .toBe(`using files in ${BUNDLED_FIXTURES_DIR}; rate limits off; CORS origins: none; trusted proxies: 2 hops`)
+    })
   })
 })
 
