@@ -83,6 +83,9 @@ interface Lane {
   compacting: boolean
 }
 
+/** What a removal held (holdBack) is held as. */
+const REMOVAL = Symbol('removal')
+
 /** A change read, ready to install: `finish` makes its part on the snapshot being made. */
 interface Ready {
   kind: RecordKind
@@ -233,45 +236,68 @@ export function createLifecycle (source: Source) {
     void compact(kind)
   }
 
+  /** Whether a kind whose records refer to this kind's is being read. */
+  const referringBusy = (kind: RecordKind) => RECORD_KINDS.some((other) => KINDS[other].refers?.kind === kind && busy(lanes[other]))
+
   /**
-   * Takes out of a change that names its records those that refer to a record not served while
-   * the referred kind is being read, to wait for it (held); the others go in now.
+   * Takes out of a change that names its records what must wait for another kind being read (held):
+   * a record that refers to a record not served, while the referred kind is being read (a key moved
+   * to a new organization); a removal of a record others may refer to, while they are being read (an
+   * organization whose keys are moving out). The rest goes in now.
    */
   function holdBack<K extends RecordKind> (kind: K, read: { upsert: ReadonlyArray<Held<K>>, remove: readonly string[] }, next: Snapshot) {
     const refers = KINDS[kind].refers
-    if (refers === undefined) return read
+    const holdRemovals = referringBusy(kind)
     const waiting = held.get(kind) ?? new Map<string, unknown>()
+    if (refers === undefined && !holdRemovals && waiting.size === 0) return read
     held.set(kind, waiting)
     const keyField = KINDS[kind].key!
-    for (const name of read.remove) waiting.delete(name)
-    const referred = next.parts[refers.kind as KeyedKind].byKey
-    const now: Array<Held<K>> = []
+    const newer = lanes[kind].newer
+    const remove: string[] = []
+    for (const key of read.remove) {
+      waiting.delete(key)
+      if (!holdRemovals) remove.push(key)
+      else {
+        waiting.set(key, REMOVAL)
+        newer?.add(key)
+      }
+    }
+    const referred = refers === undefined ? undefined : next.parts[refers.kind as KeyedKind].byKey
+    const upsert: Array<Held<K>> = []
     for (const record of read.upsert) {
       const key = (record as Record<string, string>)[keyField]!
       waiting.delete(key)
-      if (referred.get((record as Record<string, string>)[refers.field]!) === undefined && busy(lanes[refers.kind as RecordKind])) {
+      if (refers !== undefined && referred!.get((record as Record<string, string>)[refers.field]!) === undefined && busy(lanes[refers.kind as RecordKind])) {
         waiting.set(key, record)
-        lanes[kind].newer?.add(key)
-      } else now.push(record)
+        newer?.add(key)
+      } else upsert.push(record)
     }
-    return { ...read, upsert: now }
+    return { upsert, remove }
   }
 
-  /** Installs the records held whose referred record is served now, or whose referred kind is no longer being read. */
+  /** Installs what was held and need wait no longer: its referred record is served, or the kinds it waited for are no longer read. */
   function releaseHeld () {
+    if (current === undefined) return
     for (const [kind, waiting] of held) {
-      if (waiting.size === 0 || current === undefined) continue
-      const refers = KINDS[kind].refers!
-      const referred = snapshot().parts[refers.kind as KeyedKind].byKey
-      const idle = !busy(lanes[refers.kind as RecordKind])
-      const ready: unknown[] = []
+      if (waiting.size === 0) continue
+      const refers = KINDS[kind].refers
+      const referred = refers === undefined ? undefined : snapshot().parts[refers.kind as KeyedKind].byKey
+      const referredIdle = refers === undefined || !busy(lanes[refers.kind as RecordKind])
+      const removalsFree = !referringBusy(kind)
+      const upsert: unknown[] = []
+      const remove: string[] = []
       for (const [key, record] of waiting) {
-        if (!idle && referred.get((record as Record<string, string>)[refers.field]!) === undefined) continue
-        ready.push(record)
+        if (record === REMOVAL) {
+          if (!removalsFree) continue
+          remove.push(key)
+        } else {
+          if (!referredIdle && referred!.get((record as Record<string, string>)[refers!.field]!) === undefined) continue
+          upsert.push(record)
+        }
         waiting.delete(key)
       }
-      if (ready.length > 0) {
-        installParts([{ kind, change: `${kind}: ${ready.length} held for what they refer to`, finish: (next) => namedPart(kind as KeyedKind, next.parts[kind as KeyedKind], ready as never, []) }])
+      if (upsert.length + remove.length > 0) {
+        installParts([{ kind, change: `${kind}: ${upsert.length + remove.length} held for the kind they wait for`, finish: (next) => namedPart(kind as KeyedKind, next.parts[kind as KeyedKind], upsert as never, remove) }])
       }
     }
   }

@@ -130,4 +130,34 @@ describe('the lifecycle of the data', () => {
     await new Promise((resolve) => setTimeout(resolve, 100))
     expect(lifecycle!.current().parts.keys.byKey.get('moved')).toBeUndefined()
   })
+
+  it('removes an organization only once the keys moving out of it are read', async () => {
+    const source = memorySource()
+    lifecycle = createLifecycle(source)
+    await lifecycle.load()
+    const orphaned: string[] = []
+    lifecycle.follow({
+      info () {
+        const key = lifecycle!.current().parts.keys.byKey.get('alpha-standard')!
+        if (lifecycle!.current().parts.organizations.byKey.get(key.organization_id) === undefined) orphaned.push(key.organization_id)
+      },
+      error () {},
+      warn () {}
+    })
+    let release = () => {}
+    source.gates.set('keys:named', new Promise((resolve) => { release = resolve }))
+    // One transaction: every key of org_alpha moves to org_beta, and org_alpha goes.
+    source.records.keys = source.records.keys.map((record) => record.organization_id === 'org_alpha' ? { ...record, organization_id: 'org_beta' } : record)
+    source.records.organizations = source.records.organizations.filter((record) => record.id !== 'org_alpha')
+    const moved = source.records.keys.filter((record) => record.organization_id === 'org_beta').map((record) => record.name as string)
+    source.change('organizations', ['org_alpha'])
+    source.change('keys', moved)
+    await expect.poll(() => source.reads.filter((read) => read.kind === 'organizations').length).toBe(2)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(lifecycle.current().parts.organizations.byKey.get('org_alpha')).toBeDefined()
+    release()
+    await expect.poll(() => lifecycle!.current().parts.organizations.byKey.get('org_alpha')).toBeUndefined()
+    expect(lifecycle.current().parts.keys.byKey.get('alpha-standard')!.organization_id).toBe('org_beta')
+    expect(orphaned).toEqual([])
+  })
 })
