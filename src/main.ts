@@ -58,9 +58,14 @@ async function main () {
   let lifecycle: Lifecycle
   try {
     config = loadConfig()
-    // The PostgreSQL client is loaded only for PostgreSQL, not on every start.
+    // The PostgreSQL client is loaded only for PostgreSQL, not on every start. Each try at reaching
+    // it is told as it fails, before the logger exists: a plain line, as refuseToStart writes.
     source = config.DATABASE_URL
-      ? (await import('./repositories/sources/postgres.js')).createPostgresSource({ url: config.DATABASE_URL, connectTimeoutMs: config.DATABASE_CONNECT_TIMEOUT_MS })
+      ? (await import('./repositories/sources/postgres.js')).createPostgresSource({
+          url: config.DATABASE_URL,
+          connectTimeoutMs: config.DATABASE_CONNECT_TIMEOUT_MS,
+          onRetry: (line) => process.stderr.write(`${line}\n`)
+        })
       : createFileSource(config.FIXTURES_DIR)
     lifecycle = createLifecycle(source)
     await lifecycle.load()

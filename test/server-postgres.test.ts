@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { createServer } from 'node:net'
 import { promisify } from 'node:util'
@@ -184,6 +184,35 @@ describe('replicas on one PostgreSQL database', () => {
     const port = await freePort()
     const { code, output } = await failToStart({ DATABASE_URL: `postgresql://directory:s3cret-pw@127.0.0.1:${port}/directory`, DATABASE_CONNECT_TIMEOUT_MS: '300' })
     expect(code).toBe(1)
-    expect(output).toMatch(new RegExp(`^cannot start: cannot connect to PostgreSQL at postgresql://directory@127\\.0\\.0\\.1:${port}/directory within 300 ms: [^\\n]+\\n$`))
+    // The tries before it have a line each (the next test).
+    const finalLine = /[^\n]*\n$/.exec(output)?.[0]
+    expect(finalLine).toMatch(new RegExp(`^cannot start: cannot connect to PostgreSQL at postgresql://directory@127\\.0\\.0\\.1:${port}/directory within 300 ms: [^\\n]+\\n$`))
+  })
+
+  it('says each try as it retries a database that does not answer, with its URL without the password', async () => {
+    const port = await freePort()
+    const child = spawn(process.execPath, ['dist/server.js'], {
+      env: { PATH: process.env.PATH ?? '', PORT: '0', DATABASE_URL: `postgresql://directory:s3cret-pw@127.0.0.1:${port}/directory`, DATABASE_CONNECT_TIMEOUT_MS: '3000' }
+    })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk) => { stdout += chunk })
+    child.stderr.on('data', (chunk) => { stderr += chunk })
+    const exited = once(child, 'exit')
+    // Told while it waits, not after.
+    await expect.poll(() => stderr, { timeout: 2500, interval: 10 }).toContain('(try 1: ')
+    expect(child.exitCode).toBe(null)
+
+    const [code] = await exited
+    expect(code).toBe(1)
+    expect(stdout).toBe('')
+    const lines = stderr.trimEnd().split('\n')
+    const location = `postgresql://directory@127.0.0.1:${port}/directory`
+    expect(lines.length).toBeGreaterThanOrEqual(3)
+    for (const [index, line] of lines.slice(0, -1).entries()) {
+      expect(line.replace(/ [0-9]+ ms$/, ' N ms')).toBe(`cannot connect to PostgreSQL at ${location} (try ${index + 1}: connect ECONNREFUSED 127.0.0.1:${port}); trying again in N ms`)
+    }
+    expect(lines.at(-1)).toBe(`cannot start: cannot connect to PostgreSQL at ${location} within 3000 ms: connect ECONNREFUSED 127.0.0.1:${port}`)
+    expect(stderr).not.toContain('s3cret-pw')
   })
 })

@@ -69,9 +69,12 @@ async function main () {
   const url = config.DATABASE_URL
   if (!url) throw new Error('DATABASE_URL is not set: it names the database, postgresql://user:password@host:port/database')
 
+  // A database that does not answer yet (starting, restarting) is tried again; each try is told.
+  const onRetry = (line: string) => { process.stderr.write(`${line}\n`) }
+
   if (command === 'export') {
     // The replicas' own reader: what is written is what they serve.
-    const source = createPostgresSource({ url, connectTimeoutMs: config.DATABASE_CONNECT_TIMEOUT_MS })
+    const source = createPostgresSource({ url, connectTimeoutMs: config.DATABASE_CONNECT_TIMEOUT_MS, onRetry })
     try {
       const read = await readAll(source)
       // A replica reads keys in no order; a file that diffs well has them in the order of their names.
@@ -89,7 +92,7 @@ async function main () {
 
   // Read and checked before connecting: bad data never reaches the database.
   const data = command === 'import' ? await loadFixtures(dir!) : undefined
-  const client = await connectPostgres(url, config.DATABASE_CONNECT_TIMEOUT_MS)
+  const client = await connectPostgres(url, config.DATABASE_CONNECT_TIMEOUT_MS, { onRetry })
   try {
     if (data) {
       await replaceDirectory(client, data)

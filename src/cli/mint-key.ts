@@ -49,7 +49,9 @@ async function openStore (fixturesDir: string | undefined): Promise<KeyStore> {
   const config = loadConfig()
   // An explicit folder wins; then the source the server would use.
   if (fixturesDir === undefined && config.DATABASE_URL) {
-    const client = await connectPostgres(config.DATABASE_URL, config.DATABASE_CONNECT_TIMEOUT_MS)
+    const client = await connectPostgres(config.DATABASE_URL, config.DATABASE_CONNECT_TIMEOUT_MS, {
+      onRetry: (line) => { process.stderr.write(`${line}\n`) }
+    })
     return {
       where: `table keys of ${locationOf(config.DATABASE_URL)}`,
       add: (key) => insertKey(client, key),

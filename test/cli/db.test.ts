@@ -183,6 +183,19 @@ describe('npm run db', () => {
     expect(failure.stderr).not.toContain('s3cret')
   })
 
+  it('says each try while it waits for a database that does not answer, then gives up in one line', async () => {
+    const failure = await run(process.execPath, ['dist/cli/db.js', 'migrate'], {
+      env: { PATH: process.env.PATH ?? '', DATABASE_URL: 'postgresql://user:s3cret@127.0.0.1:1/none', DATABASE_CONNECT_TIMEOUT_MS: '500' }
+    }).catch((error) => error)
+    expect(failure.code).toBe(1)
+    const lines = (failure.stderr as string).trimEnd().split('\n')
+    expect(lines.length).toBeGreaterThanOrEqual(2)
+    expect(lines.slice(0, -1).map((line) => line.replace(/ [0-9]+ ms$/, ' N ms'))).toEqual(lines.slice(0, -1).map((_line, index) =>
+      `cannot connect to PostgreSQL at postgresql://user@127.0.0.1:1/none (try ${index + 1}: connect ECONNREFUSED 127.0.0.1:1); trying again in N ms`))
+    expect(lines.at(-1)).toBe('cannot connect to PostgreSQL at postgresql://user@127.0.0.1:1/none within 500 ms: connect ECONNREFUSED 127.0.0.1:1')
+    expect(failure.stderr).not.toContain('s3cret')
+  })
+
   it('refuses to import into a database without the schema', async () => {
     await writeData(dir, makeData())
     await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({

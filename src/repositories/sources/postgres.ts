@@ -94,11 +94,18 @@ class SocketClient extends pg.Client {
   }
 }
 
+interface ConnectOptions {
+  /** How the connection shows in pg_stat_activity. */
+  applicationName?: string
+  /** Told of each failed try that is retried, in one line: a wait of up to `timeoutMs` is not a silent one. */
+  onRetry?: (line: string) => void
+}
+
 /**
  * A connected client, retried while the server cannot be reached, for `timeoutMs` at most;
  * then an error naming the database (without its password) and the last cause.
  */
-export async function connectPostgres (url: string, timeoutMs: number, applicationName = APPLICATION_NAME): Promise<SocketClient> {
+export async function connectPostgres (url: string, timeoutMs: number, { applicationName = APPLICATION_NAME, onRetry }: ConnectOptions = {}): Promise<SocketClient> {
   const deadline = Date.now() + timeoutMs
   for (let attempt = 0; ; attempt++) {
     // One attempt takes a second at least, even when less time is left: a shorter one would fail
@@ -120,7 +127,9 @@ export async function connectPostgres (url: string, timeoutMs: number, applicati
       if (!isTransient(error) || left <= 0) {
         throw new Error(`cannot connect to PostgreSQL at ${locationOf(url)}${isTransient(error) ? ` within ${timeoutMs} ms` : ''}: ${describe(error)}`)
       }
-      await sleep(Math.min(backoff(attempt), left))
+      const wait = Math.min(backoff(attempt), left)
+      onRetry?.(`cannot connect to PostgreSQL at ${locationOf(url)} (try ${attempt + 1}: ${describe(error)}); trying again in ${Math.round(wait)} ms`)
+      await sleep(wait)
     }
   }
 }
@@ -574,7 +583,7 @@ const READ_ORDER: RecordKind[] = ['keys', 'providers', 'endpoints', 'organizatio
  * If the listening connection drops, the current data keeps serving, the connection is retried with
  * backoff, and every kind is read again once it is back (notifications sent meanwhile are lost).
  */
-export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, connectTimeoutMs: number }): Source {
+export function createPostgresSource ({ url, connectTimeoutMs, onRetry }: { url: string, connectTimeoutMs: number, onRetry?: ConnectOptions['onRetry'] }): Source {
   const location = locationOf(url)
   // A connection per batch of reads at once (a whole read and a read of named records of each kind
   // at most), and the listening one apart.
@@ -615,7 +624,7 @@ export function createPostgresSource ({ url, connectTimeoutMs }: { url: string, 
   }
 
   async function listen (timeoutMs: number) {
-    const client = await connectPostgres(url, timeoutMs, `${APPLICATION_NAME} (listening)`)
+    const client = await connectPostgres(url, timeoutMs, { applicationName: `${APPLICATION_NAME} (listening)`, onRetry })
     client.on('notification', (message) => noteChange(message.payload))
     client.on('error', (error) => connectionLost(client, error))
     client.on('end', () => connectionLost(client, new Error('the connection was closed')))
