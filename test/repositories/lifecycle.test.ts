@@ -52,6 +52,21 @@ async function follow (source: ReturnType<typeof memorySource>) {
 
 const key = (name: string, organization = 'org_alpha'): ApiKey => ({ name, sha256: name.padEnd(64, '0').replace(/[^0-9a-f]/g, 'a'), kind: 'standard', organization_id: organization })
 
+/**
+ * Creates org_new and moves a new key `moved` into it, the organization's read held until `release()`:
+ * resolves once the key's read is installed (without the key, which waits for its organization).
+ */
+async function keyIntoOrganizationBeingRead (source: ReturnType<typeof memorySource>) {
+  let release = () => {}
+  source.gates.set('organizations:named', new Promise((resolve) => { release = resolve }))
+  source.records.organizations.push({ id: 'org_new', name: 'New', members: [] })
+  source.change('organizations', ['org_new'])
+  source.records.keys.push(key('moved', 'org_new'))
+  source.change('keys', ['moved'])
+  await expect.poll(() => lifecycle!.info().version).toBeGreaterThan(1)
+  return release
+}
+
 describe('the lifecycle of the data', () => {
   it('reads the kind whole once a read of named records has failed twice, so that a bad name holds back nothing', async () => {
     const source = memorySource()
@@ -97,13 +112,7 @@ describe('the lifecycle of the data', () => {
       error () {},
       warn () {}
     })
-    let release = () => {}
-    source.gates.set('organizations:named', new Promise((resolve) => { release = resolve }))
-    source.records.organizations.push({ id: 'org_new', name: 'New', members: [] })
-    source.change('organizations', ['org_new'])
-    source.records.keys.push(key('moved', 'org_new'))
-    source.change('keys', ['moved'])
-    await expect.poll(() => lifecycle!.info().version).toBeGreaterThan(1)
+    const release = await keyIntoOrganizationBeingRead(source)
     await new Promise((resolve) => setTimeout(resolve, 50))
     expect(lifecycle.current().parts.keys.byKey.get('moved')).toBeUndefined()
     release()
@@ -114,13 +123,7 @@ describe('the lifecycle of the data', () => {
   it('never installs a held key after a whole read of the keys has removed it', async () => {
     const source = memorySource()
     const { until } = await follow(source)
-    let release = () => {}
-    source.gates.set('organizations:named', new Promise((resolve) => { release = resolve }))
-    source.records.organizations.push({ id: 'org_new', name: 'New', members: [] })
-    source.change('organizations', ['org_new'])
-    source.records.keys.push(key('moved', 'org_new'))
-    source.change('keys', ['moved'])
-    await expect.poll(() => lifecycle!.info().version).toBeGreaterThan(1)
+    const release = await keyIntoOrganizationBeingRead(source)
     // Revoked by a statement too large to name its keys: a whole read.
     source.records.keys = source.records.keys.filter((record) => record.name !== 'moved' && record.name !== 'alpha-standard')
     source.change('keys')
