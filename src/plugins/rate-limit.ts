@@ -1,6 +1,5 @@
 import { once } from 'node:events'
-import { isIP } from 'node:net'
-import { normalizeIP } from '@fastify/rate-limit'
+import { isIP, isIPv6 } from 'node:net'
 import { Gauge } from 'prom-client'
 import type { Redis } from 'ioredis'
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
@@ -165,9 +164,43 @@ function enforce (reply: FastifyReply, limit: string, max: number, { current, re
   return false
 }
 
-// Client addresses normalized (an IPv6 address to its /64, as @fastify/rate-limit counts them), each
-// once: normalizeIP parses the address, and this runs for every request without a valid key.
-const normalizedAddressOf = memoize((ip) => normalizeIP(ip), LOCAL_ENTRIES)
+/** The eight 16-bit groups of an IPv6 address that isIPv6() accepts (its zone, if any, left out). */
+function ipv6Groups (address: string): number[] {
+  const groupsOf = (part: string) => part === ''
+    ? []
+    : part.split(':').flatMap((group) => {
+      if (!group.includes('.')) return [parseInt(group, 16)]
+      // An IPv4 address in the last 32 bits (::ffff:192.0.2.1).
+      const [a, b, c, d] = group.split('.').map(Number) as [number, number, number, number]
+      return [a << 8 | b, c << 8 | d]
+    })
+  const [head = '', tail] = address.split('%', 1)[0]!.split('::')
+  const start = groupsOf(head)
+  const end = tail === undefined ? [] : groupsOf(tail)
+  return [...start, ...new Array<number>(8 - start.length - end.length).fill(0), ...end]
+}
+
+/**
+ * The name a client address is counted by. An IPv6 client usually holds a whole /64 and could use a
+ * new address for each request: it is counted by its /64, written as RFC 5952 writes it, so that every
+ * spelling of it is one counter. An IPv4 address mapped into IPv6 (::ffff:192.0.2.1, as a dual-stack
+ * socket gives it) is that IPv4 address.
+ */
+function addressName (ip: string): string {
+  if (!isIPv6(ip)) return ip
+  const groups = ipv6Groups(ip)
+  if (groups.slice(0, 5).every((group) => group === 0) && groups[5] === 0xffff) {
+    return [groups[6]! >> 8, groups[6]! & 255, groups[7]! >> 8, groups[7]! & 255].join('.')
+  }
+  // The /64 keeps the first four groups: the four zeros after them are the longest run of zeros,
+  // which "::" stands for, with any zeros just before them.
+  const prefix = groups.slice(0, 4)
+  while (prefix.at(-1) === 0) prefix.pop()
+  return `${prefix.map((group) => group.toString(16)).join(':')}::`
+}
+
+// Each address named once: this runs for every request without a valid key.
+const addressNameOf = memoize(addressName, LOCAL_ENTRIES)
 
 /**
  * The address a request without a valid key is counted by: the client's address as TRUST_PROXY's
@@ -177,7 +210,7 @@ const normalizedAddressOf = memoize((ip) => normalizeIP(ip), LOCAL_ENTRIES)
  */
 function clientAddressOf (request: FastifyRequest): string {
   const ip = request.ip
-  return normalizedAddressOf(isIP(ip) !== 0 ? ip : request.socket.remoteAddress ?? '')
+  return addressNameOf(isIP(ip) !== 0 ? ip : request.socket.remoteAddress ?? '')
 }
 
 /**

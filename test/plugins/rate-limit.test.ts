@@ -168,6 +168,26 @@ describe('rate limit per client address, for requests without a valid key', () =
     expect((await from('2001:db8::1')).statusCode).toBe(401)
   })
 
+  it('counts an IPv6 client by its /64 however its address is written, and an IPv4 address mapped into IPv6 as that address', async () => {
+    app = build({ settings: { RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1 } })
+    const from = (remoteAddress: string) => app.inject({ url: '/v1/providers', remoteAddress })
+    expect((await from('2001:db8:1:2::1')).statusCode).toBe(401)
+    // Another host of the same /64, and the first written in full and in capitals: one client.
+    for (const address of ['2001:db8:1:2:ffff:ffff:ffff:ffff', '2001:0DB8:0001:0002:0000:0000:0000:0001']) {
+      expect((await from(address)).statusCode, address).toBe(429)
+    }
+    expect((await from('2001:db8:1:3::1')).statusCode).toBe(401)
+    expect((await from('::')).statusCode).toBe(401)
+    expect((await from('::1')).statusCode).toBe(429)
+
+    expect((await from('203.0.113.5')).statusCode).toBe(401)
+    for (const address of ['::ffff:203.0.113.5', '::FFFF:cb00:7105', '0:0:0:0:0:ffff:203.0.113.5']) {
+      expect((await from(address)).statusCode, address).toBe(429)
+    }
+    // Other IPv6 addresses that end with an IPv4 address (NAT64 here) are IPv6 clients.
+    expect((await from('64:ff9b::203.0.113.5')).statusCode).toBe(401)
+  })
+
   it('counts a client that reaches the server around the listed proxies by its own address', async () => {
     app = build({ settings: { RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1, TRUST_PROXY: '10.0.0.1' } })
     const direct = (client: string) => app.inject({ url: '/v1/providers', remoteAddress: '198.51.100.1', headers: { 'x-forwarded-for': client } })
