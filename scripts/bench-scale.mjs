@@ -100,7 +100,7 @@ function probe (url, key) {
 
 /**
  * The longest event-loop delay of these servers since this was last asked (ms): their /metrics'
- * nodejs_eventloop_lag_max_seconds, which prom-client resets at each scrape (the first one starts it).
+ * nodejs_eventloop_lag_max_seconds, which prom-client resets at each scrape.
  */
 async function loopDelay (servers) {
   const delays = await Promise.all(servers.map(async (server) => {

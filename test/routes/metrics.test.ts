@@ -1,5 +1,8 @@
+import { execFileSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
 import { KEYS, bearer, build, captureLogs, makeData, makeProvider, sha256, snapshotsOf } from '../helper.js'
+import { BUNDLED_MANAGEMENT_KEY, startServer } from '../process.js'
 
 /** The value of one series in the Prometheus text, or undefined. */
 function valueOf (text: string, series: string): number | undefined {
@@ -126,5 +129,41 @@ describe('GET /metrics', () => {
     const res = await app.inject({ url: '/metrics' })
     expect(res.statusCode).toBe(404)
     expect(res.json()).toEqual({ error: { code: 404, message: 'Not found: GET /metrics' } })
+  })
+})
+
+/** CPU seconds a process has used since it started, user and system, as the kernel counts them (in clock ticks). */
+function cpuSecondsOf (pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+  // utime and stime, the 14th and 15th fields of the line, the 12th and 13th after the name.
+  return (Number(fields[11]) + Number(fields[12])) / Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }))
+}
+
+describe('GET /metrics, first scrape of a fresh server process', () => {
+  it('counts the CPU used since the process started, and shows no figure of an empty sample', async () => {
+    const server = await startServer()
+    try {
+      // Some work before the first scrape, besides the start itself.
+      const until = performance.now() + 500
+      while (performance.now() < until) {
+        await Promise.all(Array.from({ length: 10 }, async () => {
+          await (await fetch(`${server.url}/v1/providers`, { headers: bearer(BUNDLED_MANAGEMENT_KEY) })).arrayBuffer()
+        }))
+      }
+      const used = cpuSecondsOf(server.process.pid!)
+      const text = await (await fetch(`${server.url}/metrics`)).text()
+      expect(used).toBeGreaterThan(0.1)
+      expect(valueOf(text, 'process_cpu_seconds_total')).toBeGreaterThanOrEqual(used)
+      expect(valueOf(text, 'process_cpu_user_seconds_total')! + valueOf(text, 'process_cpu_system_seconds_total')!).toBeCloseTo(valueOf(text, 'process_cpu_seconds_total')!, 6)
+      // prom-client writes NaN as Nan.
+      expect(text).not.toMatch(/ nan$/im)
+      // An event-loop delay of an empty sample reads 2^63 ns, 9.2e9 s.
+      const delays = text.split('\n').filter((line) => line.startsWith('nodejs_eventloop_lag_')).map((line) => Number(line.split(' ').at(-1)))
+      expect(delays).toHaveLength(8)
+      for (const delay of delays) expect(delay).toBeLessThan(10)
+    } finally {
+      server.process.kill('SIGTERM')
+      await server.exited
+    }
   })
 })
