@@ -1,5 +1,5 @@
 import fp from 'fastify-plugin'
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
 import type { FastifyInstance, FastifyReply, FastifyRequest, onResponseHookHandler } from 'fastify'
 import type { Snapshots } from '../repositories/lifecycle.js'
 
@@ -29,9 +29,6 @@ const UNMATCHED_ROUTE = 'unmatched'
 const DURATION_BUCKETS = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1]
 const DURATION = 'http_request_duration_seconds'
 
-/** The duration histogram's child of one method, route and status. */
-type DurationSeries = Histogram.Internal<'method' | 'route' | 'status'>
-
 // CPU, memory, event-loop delay, garbage collection: facts of the process, not of one app. They are
 // collected once per process (each collector starts a monitor that nothing stops), whatever number
 // of apps a process builds (tests build hundreds), from the first app built with metrics on: the first
@@ -46,6 +43,39 @@ function processMetrics () {
     cpuSinceStart(processRegistry)
   }
   return processRegistry
+}
+
+/** The answers of one method, route and status. */
+interface Series {
+  labels: { method: string, route: string, status: string }
+  /** Answers so far: http_requests_total, and the histogram's count. */
+  count: number
+  /** Seconds, summed: the histogram's sum. */
+  sum: number
+  /** Answers per bucket of DURATION_BUCKETS (not cumulative), the last one past the largest bound. */
+  buckets: number[]
+}
+
+/** A label value in the text format: backslash, double quote and line feed escaped. */
+const labelValue = (value: string) => value.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')
+
+/**
+ * http_request_duration_seconds in Prometheus's text exposition format, from plain numbers counted
+ * per series: prom-client's Histogram checks and hashes the labels on every observe(), and its
+ * registry takes no series counted elsewhere but through a method it does not publish.
+ */
+function durationText (series: Iterable<Series>): string {
+  let text = `# HELP ${DURATION} Time from the request to its answer, in seconds\n# TYPE ${DURATION} histogram\n`
+  for (const { labels, count, sum, buckets } of series) {
+    const shared = `method="${labelValue(labels.method)}",route="${labelValue(labels.route)}",status="${labels.status}"`
+    let cumulative = 0
+    for (const [i, le] of DURATION_BUCKETS.entries()) {
+      cumulative += buckets[i]!
+      text += `${DURATION}_bucket{le="${le}",${shared}} ${cumulative}\n`
+    }
+    text += `${DURATION}_bucket{le="+Inf",${shared}} ${count}\n${DURATION}_sum{${shared}} ${sum}\n${DURATION}_count{${shared}} ${count}\n`
+  }
+  return text
 }
 
 /**
@@ -94,10 +124,14 @@ async function metricsPlugin (app: FastifyInstance, { enabled, snapshots }: { en
     help: 'Requests served without a rate-limit check because the shared counter store (Redis) failed',
     registers: [registry]
   })
+  // Plain numbers per request, handed to prom-client when Prometheus scrapes: its inc() and observe()
+  // hash and check the labels on every call.
+  const series: Series[] = []
   app.decorate('metrics', {
     registry,
     async render () {
-      return `${await processMetrics().metrics()}\n${await registry.metrics()}`
+      const text = `${await processMetrics().metrics()}\n${await registry.metrics()}`
+      return enabled ? `${text}\n${durationText(series)}` : text
     },
     rateLimitRefusals,
     rateLimitStoreErrors
@@ -105,29 +139,17 @@ async function metricsPlugin (app: FastifyInstance, { enabled, snapshots }: { en
   if (!enabled) return
   processMetrics()
 
-  const labelNames = ['method', 'route', 'status'] as const
-  const duration = new Histogram({
-    name: DURATION,
-    help: 'Time from the request to its answer, in seconds',
-    labelNames,
-    buckets: DURATION_BUCKETS,
-    registers: [registry]
-  })
+  const answersByClass = [0, 0, 0, 0, 0, 0]
   new Counter({
     name: 'http_requests_total',
     help: 'Answered requests',
-    labelNames,
+    labelNames: ['method', 'route', 'status'] as const,
     registers: [registry],
-    // The histogram's counts, read when Prometheus scrapes: one observation per answer, nothing more
-    // to do per request.
-    async collect () {
+    collect () {
       this.reset()
-      for (const { metricName, labels, value } of (await duration.get()).values) {
-        if (metricName === `${DURATION}_count`) this.inc(labels, value)
-      }
+      for (const { labels, count } of series) this.inc(labels, count)
     }
   })
-  const answersByClass = [0, 0, 0, 0, 0, 0]
   new Counter({
     name: 'http_responses_total',
     help: 'Answers by status class (2xx, 3xx, 4xx, 5xx)',
@@ -146,21 +168,30 @@ async function metricsPlugin (app: FastifyInstance, { enabled, snapshots }: { en
     collect () { this.set(inFlight) }
   })
 
-  /**
-   * The histogram's series of one route (its template with its prefix, never the URL), by method then
-   * status, each child made once: an answer makes no labels object of its own.
-   */
+  /** The series of one route (its template with its prefix, never the URL), by method then status, made once each. */
   function routeSeries (route: string) {
-    const byMethod = new Map<string, Map<number, DurationSeries>>()
-    return (method: string, status: number) => {
+    const byMethod = new Map<string, Map<number, Series>>()
+    return (method: string, status: number): Series => {
       let byStatus = byMethod.get(method)
       if (byStatus === undefined) byMethod.set(method, byStatus = new Map())
-      let series = byStatus.get(status)
-      if (series === undefined) byStatus.set(status, series = duration.labels(method, route, String(status)))
-      return series
+      let found = byStatus.get(status)
+      if (found === undefined) {
+        found = { labels: { method, route, status: String(status) }, count: 0, sum: 0, buckets: new Array(DURATION_BUCKETS.length + 1).fill(0) }
+        byStatus.set(status, found)
+        series.push(found)
+      }
+      return found
     }
   }
-  const observe = (series: DurationSeries, reply: FastifyReply) => series.observe(reply.elapsedTime / 1000)
+
+  function observe (found: Series, reply: FastifyReply) {
+    const seconds = reply.elapsedTime / 1000
+    found.count++
+    found.sum += seconds
+    let bucket = 0
+    while (bucket < DURATION_BUCKETS.length && seconds > DURATION_BUCKETS[bucket]!) bucket++
+    found.buckets[bucket]!++
+  }
 
   app.decorateRequest('inFlight', false)
   app.addHook('onRequest', (request: FastifyRequest, _reply: FastifyReply, done: () => void) => {
