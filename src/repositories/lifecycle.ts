@@ -283,7 +283,8 @@ export function createLifecycle (source: Source) {
       const refers = KINDS[kind].refers
       const referred = refers === undefined ? undefined : snapshot().parts[refers.kind as KeyedKind].byKey
       const referredIdle = refers === undefined || !busy(lanes[refers.kind as RecordKind])
-      const removalsFree = !referringBusy(kind)
+      // A removal held goes once the kinds that refer waited for are read, and no later read of its own kind may undo it.
+      const removalsFree = !referringBusy(kind) && !busy(lanes[kind])
       const upsert: unknown[] = []
       const remove: string[] = []
       for (const [key, record] of waiting) {
