@@ -53,6 +53,8 @@ export function locationOf (url: string) {
   try {
     const parsed = new URL(url)
     if (parsed.password) parsed.password = ''
+    // pg takes a password from the query too.
+    for (const name of ['password', 'sslpassword']) parsed.searchParams.delete(name)
     return parsed.toString()
   } catch {
     return '(DATABASE_URL)'

@@ -6,7 +6,7 @@ import { closesBlock, hashId } from '../../../src/repositories/member-list.js'
 import type { DirectoryData } from '../../../src/repositories/records.js'
 import { readAll } from '../../../src/repositories/source.js'
 import { loadFixtures } from '../../../src/repositories/sources/files.js'
-import { createPostgresSource } from '../../../src/repositories/sources/postgres.js'
+import { createPostgresSource, locationOf } from '../../../src/repositories/sources/postgres.js'
 import { migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
 import { bearer, build, KEYS, makeData, recordsOf, sha256, watchLifecycle } from '../../helper.js'
@@ -604,4 +604,11 @@ describe('notices and reads that another role or the network spoils', () => {
     await until((data) => data.organizations.find((organization) => organization.id === 'org_big')!.members.slice(0, 1)[0]!.email === 'changed@big.example')
     expect(rowsRead.at(-1)!.organizations).toBe(1 + size)
   }, 60_000)
+})
+
+describe('the database\'s location in logs', () => {
+  it('never shows a password, in the user part or in the query', () => {
+    expect(locationOf('postgresql://directory:s3cret@db.example:5432/directory?password=s3cret&sslpassword=s3cret&sslmode=require'))
+      .toBe('postgresql://directory@db.example:5432/directory?sslmode=require')
+  })
 })
