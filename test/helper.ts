@@ -6,7 +6,7 @@ import type { FastifyInstance } from 'fastify'
 import { buildApp, type LogOptions } from '../src/app.js'
 import type { Lifecycle, Snapshots, SnapshotInfo } from '../src/repositories/lifecycle.js'
 import { RECORD_KINDS, type DirectoryData } from '../src/repositories/records.js'
-import { createSnapshot, type Snapshot } from '../src/repositories/snapshot.js'
+import { createSnapshot, type ListKind, type Snapshot } from '../src/repositories/snapshot.js'
 import type { Provider } from '../src/schemas/provider.js'
 import type { Endpoint } from '../src/schemas/endpoint.js'
 import { MemberList } from '../src/repositories/member-list.js'
@@ -198,7 +198,7 @@ export function closeFileApps () {
 export function failingSnapshots (
   data: DirectoryData = makeData(),
   failure = new Error('the data layer failed'),
-  parts: Array<'providers' | 'zdrEndpoints' | 'memberPage'> = ['providers', 'zdrEndpoints', 'memberPage']
+  parts: Array<ListKind | 'memberPage'> = ['providers', 'endpoints', 'memberPage']
 ): ReturnType<typeof snapshotsOf> {
   const broken = () => { throw failure }
   const snapshots = snapshotsOf(data)
@@ -206,8 +206,12 @@ export function failingSnapshots (
   return {
     ...snapshots,
     current () {
-      // A snapshot like the others, but for the parts named.
-      view ??= Object.assign(Object.create(snapshots.current()) as Snapshot, Object.fromEntries(parts.map((part) => [part, broken])))
+      // A snapshot like the others, but for the lists and pages named.
+      const served = snapshots.current()
+      view ??= Object.assign(Object.create(served) as Snapshot, {
+        list: (kind: ListKind) => parts.includes(kind) ? broken() : served.list(kind),
+        ...parts.includes('memberPage') ? { memberPage: broken } : {}
+      })
       return view
     }
   }

@@ -157,7 +157,7 @@ describe('every documented response, provoked', () => {
   const provocations: Record<string, Record<string, { key?: string, query?: string, ifNoneMatch?: string, headers?: Record<string, string[]>, payload?: string, snapshots?: ReturnType<typeof snapshotsOf> }>> = {
     listProviders: {
       200: { key: KEYS.alphaStandard },
-      304: { key: KEYS.alphaStandard, ifNoneMatch: current.providers().representations.identity.etag },
+      304: { key: KEYS.alphaStandard, ifNoneMatch: current.list('providers').representations.identity.etag },
       400: { headers: { authorization: [`Bearer ${KEYS.alphaStandard}`, 'Bearer other'] } },
       401: {},
       413: { key: KEYS.alphaStandard, payload: tooLarge },
@@ -167,7 +167,7 @@ describe('every documented response, provoked', () => {
     },
     listEndpointsZdr: {
       200: { key: KEYS.alphaStandard },
-      304: { key: KEYS.alphaStandard, ifNoneMatch: current.zdrEndpoints().representations.identity.etag },
+      304: { key: KEYS.alphaStandard, ifNoneMatch: current.list('endpoints').representations.identity.etag },
       400: { headers: { authorization: [`Bearer ${KEYS.alphaStandard}`, 'Bearer other'] } },
       401: {},
       413: { payload: tooLarge },

@@ -1,10 +1,10 @@
 import { DataError, KINDS, RECORD_KINDS, type Held, type RecordKind } from './records.js'
-import { applyChange, compactPart, createSnapshot, rebasePart, withRecords, type KeyedKind, type Part, type PartChange, type RecordCounts, type Snapshot } from './snapshot.js'
-import type { Source } from './source.js'
+import { applyChange, compactPart, createSnapshot, rebasePart, withRecords, type KeyedKind, type Part, type RecordCounts, type Snapshot } from './snapshot.js'
+import { readWhole, type Change, type ReadRequest, type Source } from './source.js'
 import { quoteValue } from '../schemas/describe-error.js'
 
 /** Notices that arrive within this time of the first are read together: a script's burst becomes one read. */
-const COALESCE_MS = 20
+const DEBOUNCE_MS = 20
 
 /** A failed read is tried again after 100 ms, then twice as long each time, up to this. */
 const MAX_BACKOFF_MS = 5000
@@ -76,7 +76,6 @@ interface Lane {
    * records, newer than what it read, which its install leaves as they are.
    */
   newer: Set<string> | undefined
-  timer: NodeJS.Timeout | undefined
   failures: number
   /** Its last whole change was refused: every notice reads it whole too, so that a fix brings everything back. */
   refused: boolean
@@ -92,13 +91,6 @@ interface Ready {
   change: string
   rowsRead?: number
   finish(next: Snapshot): Part<RecordKind>
-}
-
-/** A whole read: when it started, and once read, what installs it and what to call then. */
-interface Whole {
-  startedAt: number
-  ready?: Ready
-  done?: () => void
 }
 
 const isKeyed = (kind: RecordKind): kind is KeyedKind => KINDS[kind].held !== 'list'
@@ -126,10 +118,10 @@ export function createLifecycle (source: Source) {
   const readFailures = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, 0])) as SnapshotInfo['readFailures']
   const ignored = { count: 0, logged: 0, loggedAt: -Infinity }
   const lanes = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, {
-    named: new Set(), whole: false, namedRunning: false, wholeRunning: false, newer: undefined, timer: undefined, failures: 0, refused: false, compacting: false
+    named: new Set(), whole: false, namedRunning: false, wholeRunning: false, newer: undefined, failures: 0, refused: false, compacting: false
   } satisfies Lane])) as Record<RecordKind, Lane>
-  /** Whole reads under way, by kind, and once read, what installs them. */
-  const wholes = new Map<RecordKind, Whole>()
+  /** The next reads, once the notices of a burst are in. */
+  let timer: NodeJS.Timeout | undefined
   /** Records read whose referred record is not served yet while its kind is being read, by kind, then key. */
   const held = new Map<RecordKind, Map<string, unknown>>()
 
@@ -138,7 +130,7 @@ export function createLifecycle (source: Source) {
     return current
   }
 
-  const busy = (lane: Lane) => lane.whole || lane.named.size > 0 || lane.wholeRunning || lane.namedRunning || lane.timer !== undefined
+  const busy = (lane: Lane) => lane.whole || lane.named.size > 0 || lane.wholeRunning || lane.namedRunning
 
   function noteChange (kind: RecordKind, keys?: readonly string[]) {
     const lane = lanes[kind]
@@ -148,7 +140,7 @@ export function createLifecycle (source: Source) {
       lane.named.clear()
       lane.whole = true
     }
-    schedule(kind, COALESCE_MS)
+    schedule(DEBOUNCE_MS)
   }
 
   function noteIgnored (problem: string) {
@@ -160,13 +152,19 @@ export function createLifecycle (source: Source) {
     ignored.loggedAt = now
   }
 
-  function schedule (kind: RecordKind, delay: number) {
-    const lane = lanes[kind]
-    if (closed || lane.timer !== undefined) return
-    lane.timer = setTimeout(() => {
-      lane.timer = undefined
-      if (lane.whole && !lane.wholeRunning) void run(kind, 'all')
-      if (lane.named.size > 0 && !lane.namedRunning) void run(kind, [...lane.named])
+  function schedule (delay: number) {
+    if (closed || timer !== undefined) return
+    timer = setTimeout(() => {
+      timer = undefined
+      // The kinds read whole, in one read of one version of the source, installed together; the
+      // records named, a read per kind beside it, installed as soon as read: a revocation never waits
+      // for a whole read, nor for a large organization named with it (the registry's `refers` keeps
+      // their order: holdBack).
+      const whole = RECORD_KINDS.filter((kind) => lanes[kind].whole && !lanes[kind].wholeRunning)
+      if (whole.length > 0) void run(whole.map((kind) => ({ kind, keys: 'all' })))
+      for (const kind of RECORD_KINDS) {
+        if (lanes[kind].named.size > 0 && !lanes[kind].namedRunning) void run([{ kind, keys: [...lanes[kind].named] }])
+      }
     }, delay)
   }
 
@@ -177,63 +175,69 @@ export function createLifecycle (source: Source) {
     return `${kind}: ${named}${work.length > 5 ? `, and ${work.length - 5} more` : ''}`
   }
 
-  /** Reads the kind whole or the records named, and installs what was read or refuses it. */
-  async function run (kind: RecordKind, work: readonly string[] | 'all') {
-    const lane = lanes[kind]
-    const whole = work === 'all'
-    if (whole) {
-      lane.whole = false
-      lane.wholeRunning = true
-      lane.newer = new Set()
-    } else {
-      lane.named = new Set()
-      lane.namedRunning = true
+  /**
+   * Reads these kinds (each whole, or the records named) from one version of the source, and
+   * installs together what was read: a kind refused keeps its last good records, the others go in.
+   */
+  async function run (requests: ReadRequest[]) {
+    for (const { kind, keys } of requests) {
+      const lane = lanes[kind]
+      if (keys === 'all') {
+        lane.whole = false
+        lane.wholeRunning = true
+        lane.newer = new Set()
+      } else {
+        lane.named = new Set()
+        lane.namedRunning = true
+      }
     }
-    const change = describe(kind, work)
-    const started: Whole = { startedAt: performance.now() }
-    if (whole) wholes.set(kind, started)
+    const whole = requests[0]!.keys === 'all'
     try {
-      const read = await source.read(kind, work, current)
+      const read = await source.read(requests)
       if (closed) return
-      const ready = await prepare(kind, read, change)
-      if (closed) return
-      if (whole) {
-        await new Promise<void>((resolve) => {
-          started.ready = ready
-          started.done = resolve
-          settle()
-        })
-      } else installParts([ready])
-      reloads[kind].succeeded++
-      if (whole) lane.refused = false
-      lane.failures = 0
+      const ready: Ready[] = []
+      for (const [index, { kind, keys }] of requests.entries()) {
+        const change = describe(kind, keys)
+        try {
+          const result = read[index]!
+          if (result instanceof DataError) throw result
+          ready.push(await prepare(kind, result, change))
+          if (closed) return
+          reloads[kind].succeeded++
+          if (whole) lanes[kind].refused = false
+          lanes[kind].failures = 0
+        } catch (error) {
+          if (!(error instanceof DataError)) throw error
+          lanes[kind].refused = true
+          reloads[kind].failed++
+          log?.error({ change, part: kind, problem: error.message }, `change refused: ${kind} keeps its last good records, the other parts follow their changes`)
+        }
+      }
+      if (ready.length > 0) installParts(ready)
     } catch (error) {
       if (closed) return
-      if (error instanceof DataError) {
-        lane.refused = true
-        reloads[kind].failed++
-        log?.error({ change, part: kind, problem: error.message }, `change refused: ${kind} keeps its last good records, the other parts follow their changes`)
-      } else {
-        // Reading failed (the connection, not the data): read it again later, all of what was asked.
+      // Reading failed (the connection, not the data): read it again later, all of what was asked.
+      for (const { kind, keys } of requests) {
+        const lane = lanes[kind]
         lane.failures++
         readFailures[kind]++
-        if (whole || lane.failures >= NAMED_FAILURES) lane.whole = true
-        else for (const key of work) lane.named.add(key)
-        log?.warn({ change, part: kind, problem: (error as Error).message }, 'reading a change failed; trying again')
+        if (keys === 'all' || lane.failures >= NAMED_FAILURES) lane.whole = true
+        else for (const key of keys) lane.named.add(key)
       }
+      log?.warn({ change: requests.map(({ kind, keys }) => describe(kind, keys)).join('; '), problem: (error as Error).message }, 'reading a change failed; trying again')
     } finally {
-      if (whole && wholes.get(kind) === started) {
-        wholes.delete(kind)
-        settle()
+      for (const { kind, keys } of requests) {
+        const lane = lanes[kind]
+        if (keys === 'all') {
+          lane.wholeRunning = false
+          lane.newer = undefined
+        } else lane.namedRunning = false
       }
-      if (whole) {
-        lane.wholeRunning = false
-        lane.newer = undefined
-      } else lane.namedRunning = false
       releaseHeld()
-      if (lane.whole || lane.named.size > 0) schedule(kind, lane.failures > 0 ? backoff(lane.failures) : 0)
+      const failures = Math.max(...RECORD_KINDS.map((kind) => lanes[kind].failures))
+      if (RECORD_KINDS.some((kind) => lanes[kind].whole || lanes[kind].named.size > 0)) schedule(failures > 0 ? backoff(failures) : 0)
     }
-    void compact(kind)
+    for (const { kind } of requests) void compact(kind)
   }
 
   /** Whether a kind whose records refer to this kind's is being read. */
@@ -319,10 +323,11 @@ export function createLifecycle (source: Source) {
    * makes its part once it is installed, on the snapshot being made then (with no turn of the event
    * loop in between, so that nothing installed meanwhile is lost).
    */
-  async function prepare (kind: RecordKind, read: PartChange, change: string): Promise<Ready> {
-    if (read.refused !== undefined && read.refused.length > 0) {
+  async function prepare (kind: RecordKind, read: Change, change: string): Promise<Ready> {
+    const refused = read.refused ?? new Map<string, string>()
+    if (refused.size > 0) {
       reloads[kind].failed++
-      for (const problem of read.refused.slice(0, 5)) {
+      for (const problem of [...refused.values()].slice(0, 5)) {
         log?.error({ change, part: kind, problem }, `change refused: ${kind} keeps the last good version of the record, its other records follow their changes`)
       }
     }
@@ -350,12 +355,13 @@ export function createLifecycle (source: Source) {
         const stale = [...waiting?.keys() ?? []].filter((key) => newer?.has(key) !== true)
         for (const key of stale) waiting!.delete(key)
         if (stale.length > 0) noteChange(kind, stale)
-        if (!isKeyed(kind) || newer === undefined || newer.size === 0) return part
-        // Records installed by named reads meanwhile are newer than what this whole read saw: kept.
+        if (!isKeyed(kind) || (newer === undefined || newer.size === 0) && refused.size === 0) return part
+        // Records installed by named reads meanwhile are newer than what this whole read saw, and
+        // records it refused keep the version served: both kept.
         const served = next.parts[kind].byKey as { get(key: string): unknown }
         const upsert: unknown[] = []
         const remove: string[] = []
-        for (const key of newer) {
+        for (const key of new Set([...newer ?? [], ...refused.keys()])) {
           const record = served.get(key)
           if (record === undefined) remove.push(key)
           else upsert.push(record)
@@ -382,21 +388,6 @@ export function createLifecycle (source: Source) {
     }, 'change installed')
   }
 
-  /**
-   * Installs the whole reads ready, in one snapshot, unless a whole read started with one of them
-   * (within COALESCE_MS: the files one swap changed, a reconnection) is still under way: a key moved
-   * to a new organization in one swap of a folder never reaches requests before it, nor after the old one is gone.
-   */
-  function settle () {
-    const ready = [...wholes.values()].filter((whole) => whole.ready !== undefined)
-    if (ready.length === 0) return
-    const together = (a: Whole, b: Whole) => Math.abs(a.startedAt - b.startedAt) <= COALESCE_MS
-    for (const whole of wholes.values()) if (whole.ready === undefined && ready.some((other) => together(other, whole))) return
-    for (const whole of ready) wholes.delete(whole.ready!.kind)
-    installParts(ready.map((whole) => whole.ready!))
-    for (const whole of ready) whole.done!()
-  }
-
   /** Folds the kind's overlays into new bases, off to the side, and moves the snapshot onto them. */
   async function compact (kind: RecordKind) {
     const lane = lanes[kind]
@@ -421,12 +412,8 @@ export function createLifecycle (source: Source) {
   return {
     /** Reads every kind whole; throws (a DataError naming where, record and field) when one is bad. */
     async load () {
-      const parts = await Promise.all(RECORD_KINDS.map(async (kind) => {
-        const change = await source.read(kind, 'all', undefined)
-        if (!('all' in change)) throw new Error(`the source read part of ${kind} at start`)
-        return [kind, change.all] as const
-      }))
-      current = await createSnapshot(Object.fromEntries(parts) as Parameters<typeof createSnapshot>[0], ++version)
+      const changes = await readWhole(source)
+      current = await createSnapshot(Object.fromEntries(RECORD_KINDS.map((kind) => [kind, changes[kind].all])) as Parameters<typeof createSnapshot>[0], ++version)
       return current
     },
     /** Follows the source's changes from now on, reporting to `logger`. */
@@ -465,7 +452,7 @@ export function createLifecycle (source: Source) {
     },
     async close () {
       closed = true
-      for (const lane of Object.values(lanes)) clearTimeout(lane.timer)
+      clearTimeout(timer)
       await source.close()
     }
   } satisfies Snapshots & Record<string, unknown>

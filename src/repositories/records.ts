@@ -5,7 +5,7 @@ import { ProviderSchema } from '../schemas/provider.js'
 import { EndpointSchema } from '../schemas/endpoint.js'
 import { OrganizationSchema, ApiKeySchema } from '../schemas/fixtures.js'
 import { MemberSchema, type Member } from '../schemas/member.js'
-import { MemberListBuilder, type Block, type MemberList } from './member-list.js'
+import { MemberList } from './member-list.js'
 import { DataError } from './data-error.js'
 import { isApiKey } from './key-table.js'
 
@@ -103,21 +103,17 @@ export function memberProblem (value: unknown, organization: number, index: numb
 }
 
 /**
- * The members of an organization whose records are valid, compacted, or a DataError naming the
- * first member whose id repeats. `at` says where the members are in `where`.
+ * The members of an organization, valid, compacted (member-list.ts), or a DataError naming the first
+ * member whose id repeats. `at` says where the members are in `where`.
  */
-export function compactMembers (members: Iterable<Member>, where: string, at: string, previous?: ReadonlyMap<number, Block>): MemberList {
-  const builder = new MemberListBuilder(previous)
-  for (const member of members) builder.add(member)
-  return finishMembers(builder.finish(), where, at)
-}
-
-/** The list a builder finished, or a DataError naming the first member whose id repeats. */
-export function finishMembers ({ list, duplicate }: ReturnType<MemberListBuilder['finish']>, where: string, at: string): MemberList {
-  if (duplicate) {
-    throw new DataError(`${where}: ${at}[${duplicate.index}].id: ${quoteValue(duplicate.id, 'id')} duplicates ${at}[${duplicate.first}].id`)
-  }
-  return list
+export function compactMembers (members: readonly Member[], where: string, at: string): MemberList {
+  const seen = new Map<string, number>()
+  members.forEach(({ id }, index) => {
+    const first = seen.get(id)
+    if (first !== undefined) throw new DataError(`${where}: ${at}[${index}].id: ${quoteValue(id, 'id')} duplicates ${at}[${first}].id`)
+    seen.set(id, index)
+  })
+  return MemberList.of(members)
 }
 
 /**

@@ -1,35 +1,12 @@
 import { hash } from 'node:crypto'
 import type { ApiKey } from '../schemas/fixtures.js'
-import type { Provider } from '../schemas/provider.js'
-import type { Endpoint } from '../schemas/endpoint.js'
 import { LayeredMap } from './layered-map.js'
 import { KeyTable, KeyTableBuilder, hashOfKey } from './key-table.js'
-import { hashId } from './member-list.js'
 import { createSlicer } from './slices.js'
-import { DataError, RECORD_KINDS, type Held, type Organization, type RecordKind } from './records.js'
-import { quoteValue } from '../schemas/describe-error.js'
+import { KINDS, RECORD_KINDS, type Held, type Organization, type RecordKind } from './records.js'
+import type { Change, Whole } from './source.js'
 import { serializeList, type SerializedList } from '../representation.js'
 import { memberPagesOf, type MemberPage } from './views.js'
-
-/** Every record of a kind: keys may come as a KeyTable, built as they were read. */
-export type Whole<K extends RecordKind> = K extends 'keys' ? ReadonlyArray<Held<K>> | KeyTable : ReadonlyArray<Held<K>>
-
-/**
- * A change to one kind, as a source reads it: every record of the kind, or the records a notice
- * named (`upsert`: those that exist, in full; `remove`: the keys of those that no longer do).
- */
-export type PartChange<K extends RecordKind = RecordKind> = (
-  | { readonly kind: K, readonly all: Whole<K> }
-  | { readonly kind: K, readonly upsert: ReadonlyArray<Held<K>>, readonly remove: readonly string[] }
-) & {
-  /**
-   * Records the read refused one by one (a bad row among good ones), each kept at its last good
-   * version: what is wrong with each, naming table, row and field.
-   */
-  readonly refused?: readonly string[]
-  /** The rows the read took from the source, when it counts them: what the change cost. */
-  readonly rowsRead?: number
-}
 
 /** A list served whole (providers, endpoints): its records and its body, serialized once. */
 interface ListPart<T> {
@@ -58,14 +35,19 @@ interface OrganizationPart extends KeyedPart<Organization> {
   readonly members: number
 }
 
-interface Parts {
-  readonly providers: ListPart<Provider>
-  readonly endpoints: ListPart<Endpoint>
-  readonly organizations: OrganizationPart
-  readonly keys: KeyPart
+/** How the snapshot holds each kind, by the registry's `held`. */
+type Parts = {
+  readonly [K in RecordKind]: (typeof KINDS)[K]['held'] extends 'list' ? ListPart<Held<K>>
+    : (typeof KINDS)[K]['held'] extends 'keys' ? KeyPart : OrganizationPart
 }
 
 export type Part<K extends RecordKind> = Parts[K]
+
+/** Any kind's part, for the code that walks the registry. */
+type AnyPart = ListPart<unknown> | KeyPart | OrganizationPart
+
+/** The kinds served as a list whole (providers, endpoints). */
+export type ListKind = { [K in RecordKind]: (typeof KINDS)[K]['held'] extends 'list' ? K : never }[RecordKind]
 
 /** Records of each kind; `members` counts all organizations' members. */
 export type RecordCounts = { [kind in RecordKind | 'members']: number }
@@ -87,14 +69,9 @@ export class Snapshot {
     readonly installedAt = Date.now()
   ) {}
 
-  /** `{"data": Provider[]}` as JSON. */
-  providers (): SerializedList {
-    return this.parts.providers.list
-  }
-
-  /** `{"data": Endpoint[]}` as JSON. */
-  zdrEndpoints (): SerializedList {
-    return this.parts.endpoints.list
+  /** A kind served as a list whole, `{"data": [...]}` as JSON. */
+  list (kind: ListKind): SerializedList {
+    return this.parts[kind].list
   }
 
   /** The key whose SHA-256 (lowercase hex) is given. */
@@ -109,13 +86,12 @@ export class Snapshot {
   }
 
   counts (): RecordCounts {
-    return {
-      providers: this.parts.providers.records.length,
-      endpoints: this.parts.endpoints.records.length,
-      organizations: this.parts.organizations.byKey.size,
-      members: this.parts.organizations.members,
-      keys: this.parts.keys.byKey.size
-    }
+    const counts = Object.fromEntries(RECORD_KINDS.map((kind) => {
+      const part = this.parts[kind] as AnyPart
+      return [kind, 'records' in part ? part.records.length : part.byKey.size]
+    })) as RecordCounts
+    counts.members = this.parts.organizations.members
+    return counts
   }
 
   /**
@@ -124,12 +100,10 @@ export class Snapshot {
    * sums of the records' hashes, so it costs nothing per record.
    */
   get fingerprint (): string {
-    this.fingerprintMemo ??= hash('sha1', [
-      this.parts.providers.list.representations.identity.etag,
-      this.parts.endpoints.list.representations.identity.etag,
-      this.parts.organizations.sum,
-      this.parts.keys.sum
-    ].join(','), 'hex').slice(0, 16)
+    this.fingerprintMemo ??= hash('sha1', RECORD_KINDS.map((kind) => {
+      const part = this.parts[kind] as AnyPart
+      return 'list' in part ? part.list.representations.identity.etag : part.sum
+    }).join(','), 'hex').slice(0, 16)
     return this.fingerprintMemo
   }
 
@@ -142,31 +116,29 @@ export class Snapshot {
 /** The first snapshot, from every kind read whole. */
 export async function createSnapshot (changes: { [K in RecordKind]: Whole<K> }, version = 1): Promise<Snapshot> {
   const parts = Object.fromEntries(await Promise.all(RECORD_KINDS.map(async (kind) =>
-    [kind, await applyChange(undefined, { kind, all: changes[kind] } as PartChange)] as const)))
+    [kind, await applyChange(undefined, { kind, all: changes[kind] } as Change)] as const)))
   return new Snapshot(version, parts as unknown as Parts)
 }
 
 /** The part a change makes of the part it changes (undefined at start). */
-export async function applyChange<K extends RecordKind> (previous: Part<K> | undefined, change: PartChange<K>): Promise<Part<K>> {
+export async function applyChange<K extends RecordKind> (previous: Part<K> | undefined, change: Change<K>): Promise<Part<K>> {
   const { kind } = change
-  switch (kind) {
-    case 'providers':
-    case 'endpoints': {
+  switch (KINDS[kind].held) {
+    case 'list': {
       // A list is served as one body: any change serializes it again (a few hundred records).
       if (!('all' in change)) throw new Error(`${kind} change as a whole list`)
       const records = change.all as readonly unknown[]
       return { records, list: serializeList(records) } as unknown as Part<K>
     }
     case 'organizations':
-      return await applyOrganizations(previous as OrganizationPart | undefined, change as PartChange<'organizations'>) as Part<K>
+      return await applyOrganizations(previous as OrganizationPart | undefined, change as Change<'organizations'>) as Part<K>
     case 'keys':
-      return await applyKeys(previous as KeyPart | undefined, change as PartChange<'keys'>) as Part<K>
+      return await applyKeys(previous as KeyPart | undefined, change as Change<'keys'>) as Part<K>
   }
-  throw new Error(`unknown kind ${String(kind)}`)
 }
 
 /** A record's key, its value before and after (undefined: absent). */
-type Change<T> = readonly [key: string, before: T | undefined, after: T | undefined]
+type Edit<T> = readonly [key: string, before: T | undefined, after: T | undefined]
 
 /** What differs between the kinds changed record by record. */
 interface KeyedRules<T> {
@@ -178,7 +150,7 @@ interface KeyedRules<T> {
 }
 
 const HASH_RANGE = 2 ** 52
-const hash52 = (text: string) => hashId(text) % HASH_RANGE
+const hash52 = (text: string) => parseInt(hash('sha1', text, 'hex').slice(0, 13), 16)
 
 const keyRules: KeyedRules<ApiKey> = {
   keyOf: (key) => key.name,
@@ -199,8 +171,8 @@ const organizationRules: KeyedRules<Organization> = {
 const REBUILD_FROM = 16384
 
 /** The changes that `upsert` and `remove` make to `old`: a record equal to the one in place is none. */
-function changesTo<T> (old: LayeredMap<string, T>, upsert: readonly T[], remove: readonly string[], rules: KeyedRules<T>): Array<Change<T>> {
-  const changes: Array<Change<T>> = []
+function changesTo<T> (old: LayeredMap<string, T>, upsert: readonly T[], remove: readonly string[], rules: KeyedRules<T>): Array<Edit<T>> {
+  const changes: Array<Edit<T>> = []
   for (const record of upsert) {
     const key = rules.keyOf(record)
     const before = old.get(key)
@@ -214,7 +186,7 @@ function changesTo<T> (old: LayeredMap<string, T>, upsert: readonly T[], remove:
 }
 
 /** The sum of the records' hashes after these changes. */
-function sumAfter<T> (sum: number, changes: ReadonlyArray<Change<T>>, rules: KeyedRules<T>): number {
+function sumAfter<T> (sum: number, changes: ReadonlyArray<Edit<T>>, rules: KeyedRules<T>): number {
   for (const [, before, after] of changes) {
     if (before !== undefined) sum = (sum - rules.hashOf(before) + HASH_RANGE) % HASH_RANGE
     if (after !== undefined) sum = (sum + rules.hashOf(after)) % HASH_RANGE
@@ -222,10 +194,10 @@ function sumAfter<T> (sum: number, changes: ReadonlyArray<Change<T>>, rules: Key
   return sum
 }
 
-async function applyOrganizations (previous: OrganizationPart | undefined, change: PartChange<'organizations'>): Promise<OrganizationPart> {
+async function applyOrganizations (previous: OrganizationPart | undefined, change: Change<'organizations'>): Promise<OrganizationPart> {
   const slicer = createSlicer()
   const old = previous?.byKey
-  let changes: Array<Change<Organization>>
+  let changes: Array<Edit<Organization>>
   if ('all' in change) {
     const records = change.all
     if (old === undefined) return await build(records)
@@ -271,7 +243,7 @@ async function applyOrganizations (previous: OrganizationPart | undefined, chang
   }
 }
 
-function withOrganizationChanges (previous: OrganizationPart, changes: ReadonlyArray<Change<Organization>>): OrganizationPart {
+function withOrganizationChanges (previous: OrganizationPart, changes: ReadonlyArray<Edit<Organization>>): OrganizationPart {
   let members = previous.members
   for (const [, before, after] of changes) members += (after?.members.length ?? 0) - (before?.members.length ?? 0)
   return {
@@ -299,124 +271,23 @@ function keyPartOf (table: KeyTable): KeyPart {
   return { table, byKey: LayeredMap.of(table.byName), bySha: LayeredMap.of(table.bySha), sum: table.sum }
 }
 
-async function applyKeys (previous: KeyPart | undefined, change: PartChange<'keys'>): Promise<KeyPart> {
-  if (previous === undefined) {
-    if (!('all' in change)) throw new Error('a partial change needs the part it changes')
-    return keyPartOf(change.all instanceof KeyTable ? change.all : KeyTable.of(change.all, 'keys'))
-  }
-  // A table is what a source reads when most keys changed: the new base.
-  if ('all' in change && change.all instanceof KeyTable) return keyPartOf(change.all)
+async function applyKeys (previous: KeyPart | undefined, change: Change<'keys'>): Promise<KeyPart> {
   if ('all' in change) {
-    const all = change.all as readonly ApiKey[]
-    change = await readKeyChange(previous, 'keys', async (add) => { for (const key of all) add(key) })
-    if ('all' in change) return keyPartOf(change.all as KeyTable)
+    // Every key: a new base, the part in place left as it is.
+    if (change.all instanceof KeyTable) return keyPartOf(change.all)
+    const slicer = createSlicer()
+    const builder = new KeyTableBuilder('keys', change.all.length)
+    for (const key of change.all) {
+      builder.add(key)
+      if (slicer.due()) await slicer.pause()
+    }
+    return keyPartOf(builder.finish())
   }
+  if (previous === undefined) throw new Error('a partial change needs the part it changes')
   return withKeyChanges(previous, changesTo(previous.byKey, change.upsert, change.remove, keyRules))
 }
 
-/** Thrown by KeyDiff past REBUILD_FROM changes. */
-const TOO_MANY = Symbol('too many changes')
-
-/**
- * Every key, read by `read` (which hands each to `add`, in order), as a change to the keys in
- * `previous`: the keys that differ and the names gone, when they are few, so that a revocation in
- * a million keys costs a lookup a key and a new overlay entry; or a new KeyTable when more than
- * REBUILD_FROM differ, removals included (then `read` runs twice). A name or a SHA-256 met twice is
- * a DataError naming both records (`where: [5].name: ... duplicates [2].name`); when a file holds
- * several repeats, the pair named may not be the first a whole check would name.
- */
-export async function readKeyChange (previous: KeyPart | undefined, where: string, read: (add: (key: ApiKey) => void) => Promise<void>): Promise<PartChange<'keys'>> {
-  if (previous !== undefined) {
-    const diff = new KeyDiff(previous, where)
-    try {
-      await read((key) => diff.add(key))
-      return diff.finish()
-    } catch (error) {
-      if (error !== TOO_MANY) throw error
-    }
-  }
-  const builder = new KeyTableBuilder(where, previous?.byKey.size)
-  await read((key) => builder.add(key))
-  return { kind: 'keys', all: builder.finish() }
-}
-
-/** The keys read, compared one by one with those in place (KeyPart: a table and an overlay above it). */
-class KeyDiff {
-  /** Per row of the table: 1 + the index of the record read with its name; 0 while none was. */
-  private readonly seen: Int32Array
-  /** Names read that are not in the table, or that the overlay holds: where they were read. */
-  private readonly others = new Map<string, number>()
-  /** Keys read that differ from those in place, by name, and where they were read. */
-  private readonly changed = new Map<string, { key: ApiKey, index: number }>()
-  private count = 0
-
-  constructor (private readonly previous: KeyPart, private readonly where: string) {
-    this.seen = new Int32Array(previous.table.size)
-  }
-
-  add (key: ApiKey) {
-    const index = this.count++
-    const { table, byKey } = this.previous
-    const row = byKey.overlays(key.name) ? -1 : table.rowOfName(key.name)
-    if (row >= 0) {
-      if (this.seen[row] !== 0) this.duplicate(index, 'name', key.name, this.seen[row]! - 1)
-      this.seen[row] = index + 1
-      if (table.sameKey(row, key)) return
-    } else {
-      const first = this.others.get(key.name)
-      if (first !== undefined) this.duplicate(index, 'name', key.name, first)
-      this.others.set(key.name, index)
-      const before = byKey.get(key.name)
-      if (before !== undefined && keyRules.same(before, key)) return
-    }
-    // Only what it becomes: withKeyChanges looks up what it was.
-    this.changed.set(key.name, { key, index })
-    if (this.changed.size > REBUILD_FROM) throw TOO_MANY
-  }
-
-  finish (): PartChange<'keys'> {
-    const { table, byKey, bySha } = this.previous
-    let gone = 0
-    for (let row = 0; row < table.size; row++) if (this.seen[row] === 0) gone++
-    // Removals count too: a file cut from a million keys to a hundred is a new table, not a million tombstones.
-    if (this.changed.size + gone > REBUILD_FROM) throw TOO_MANY
-    const remove: string[] = []
-    for (let row = 0; row < table.size; row++) {
-      if (this.seen[row] === 0 && !byKey.overlays(table.nameOf(row))) remove.push(table.nameOf(row))
-    }
-    for (const name of byKey.overlaid()) {
-      if (!this.others.has(name) && byKey.get(name) !== undefined) remove.push(name)
-    }
-    const removed = new Set(remove)
-    // A SHA-256 a changed key takes must be free: held by no other changed key, and by no key in
-    // place that keeps it.
-    const shas = new Map<string, number>()
-    for (const { key, index } of this.changed.values()) {
-      const first = shas.get(key.sha256)
-      if (first !== undefined) this.duplicate(Math.max(index, first), 'sha256', undefined, Math.min(index, first))
-      shas.set(key.sha256, index)
-      const holder = bySha.get(key.sha256)
-      if (holder === undefined || holder.name === key.name || removed.has(holder.name)) continue
-      const next = this.changed.get(holder.name)
-      if (next !== undefined && next.key.sha256 !== key.sha256) continue
-      const at = next?.index ?? this.indexOf(holder.name)
-      this.duplicate(Math.max(index, at), 'sha256', undefined, Math.min(index, at))
-    }
-    return { kind: 'keys', upsert: [...this.changed.values()].map(({ key }) => key), remove }
-  }
-
-  /** Where the key of this name, unchanged, was read. */
-  private indexOf (name: string): number {
-    const row = this.previous.byKey.overlays(name) ? -1 : this.previous.table.rowOfName(name)
-    return row >= 0 ? this.seen[row]! - 1 : this.others.get(name)!
-  }
-
-  private duplicate (index: number, field: 'name' | 'sha256', value: string | undefined, first: number): never {
-    throw new DataError(`${this.where}: [${index}].${field}: ${quoteValue(value, field)} duplicates [${first}].${field}`)
-  }
-}
-
-function withKeyChanges (previous: KeyPart, changes: ReadonlyArray<Change<ApiKey>>): KeyPart {
+function withKeyChanges (previous: KeyPart, changes: ReadonlyArray<Edit<ApiKey>>): KeyPart {
   // Old hashes out first, new ones in after: a hash that moves from one key to another in the
   // same change stays.
   const shaChanges: Array<[string, ApiKey | undefined]> = []

@@ -40,7 +40,7 @@ function pagesOf (members: MemberList): MemberPages {
   return {
     page (offset: number, limit: number): MemberPage {
       if (offset >= members.length) return { json: pastTheEnd, version: members.version }
-      return { json: Buffer.concat([PAGE_START, ...members.json(offset, Math.min(offset + limit, members.length)), pageEnd]), version: members.version }
+      return { json: Buffer.concat([PAGE_START, members.json(offset, Math.min(offset + limit, members.length)), pageEnd]), version: members.version }
     }
   }
 }

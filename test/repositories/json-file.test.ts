@@ -3,7 +3,8 @@ import { mkdtemp, mkdir, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { readJsonArray, readJsonFile } from '../../src/repositories/json-file.js'
+import fc from 'fast-check'
+import { MAX_FILE_BYTES, readJsonFile } from '../../src/repositories/json-file.js'
 import { MAX_DEPTH } from '../../src/repositories/json-syntax.js'
 
 let dir: string
@@ -59,11 +60,17 @@ describe('reading a JSON data file', () => {
     expect(await read(text)).toEqual({ message: `data.json: not valid JSON at ${where}` })
   })
 
-  it(`refuses nesting deeper than ${MAX_DEPTH} levels, even 100,000 deep, without overflowing the stack`, async () => {
-    expect(await read(`${'['.repeat(100_000)}${']'.repeat(100_000)}`)).toEqual({ message: `data.json: nested deeper than ${MAX_DEPTH} levels at line 1, column ${MAX_DEPTH + 1}` })
-    expect(await read(`${'['.repeat(MAX_DEPTH)}${']'.repeat(MAX_DEPTH)}`)).toHaveProperty('value')
+  it('reads nesting 100,000 deep without overflowing the stack, and locates a fault past the depth a message shows', async () => {
+    expect(await read(`${'['.repeat(100_000)}${']'.repeat(100_000)}`)).toHaveProperty('value')
+    expect(await read(`${'['.repeat(100_000)}x${']'.repeat(100_000)}`)).toEqual({ message: `data.json: nested deeper than ${MAX_DEPTH} levels at line 1, column ${MAX_DEPTH + 1}` })
     // Brackets inside strings do not count.
     expect(await read(`["${'['.repeat(1000)}\\"[["]`)).toEqual({ value: [`${'['.repeat(1000)}"[[`] })
+  })
+
+  it('refuses a file over the limit with one line naming the file, its size and the limit, before reading it', async () => {
+    const path = join(dir, 'keys.json')
+    await writeFile(path, Buffer.alloc(MAX_FILE_BYTES + 1, 0x20))
+    await expect(readJsonFile(path, 'keys.json')).rejects.toThrow(`keys.json: ${MAX_FILE_BYTES + 1} bytes, over the limit of ${MAX_FILE_BYTES} (8 MiB) for a data file: larger data belongs in PostgreSQL`)
   })
 
   it('refuses a named pipe in place of the file at once, instead of waiting for a writer', async () => {
@@ -85,72 +92,37 @@ describe('reading a JSON data file', () => {
   })
 })
 
-describe('reading a large JSON array a batch at a time', () => {
-  /** The batches readJsonArray hands over for `content`, and what it read whole instead, if anything. */
-  async function batches (content: string) {
-    const path = join(dir, 'data.json')
-    await writeFile(path, content)
-    const handed: unknown[][] = []
-    const whole = await readJsonArray(path, 'data.json', (values) => { handed.push(values) })
-    return { handed, whole }
+describe('the JSON reader against JSON.parse, on generated texts', () => {
+  const verdictOf = (text: string) => {
+    try {
+      return { value: JSON.parse(text) as unknown }
+    } catch {
+      return { refused: true }
+    }
+  }
+  const readText = async (text: string) => {
+    const result = await read(text)
+    return 'value' in result ? result : { refused: true as const, message: result.message }
   }
 
-  it('hands over every element of a file of many batches, in order, never reading it whole', async () => {
-    const records = Array.from({ length: 5000 }, (_, i) => ({ name: `key-${i}`, note: 'x'.repeat(40), nested: [i, { i }] }))
-    const { handed, whole } = await batches(JSON.stringify(records))
-    expect(whole).toBeUndefined()
-    expect(handed.length).toBeGreaterThan(2)
-    expect(handed.flat()).toEqual(records)
+  it('reads every valid text as JSON.parse does', async () => {
+    await fc.assert(fc.asyncProperty(fc.json(), async (text) => {
+      expect(await readText(text)).toStrictEqual(verdictOf(text))
+    }), { numRuns: 200 })
   })
 
-  it.each([
-    ['a repeated comma between batches', (text: string) => text.replace('},{"name":"key-4000"', '},,{"name":"key-4000"')],
-    ['a trailing comma', (text: string) => text.replace(/]$/, ',]')],
-    ['a missing comma', (text: string) => text.replace('},{"name":"key-4000"', '}{"name":"key-4000"')]
-  ])('leaves %s to the whole read, which says where it is', async (_, spoil) => {
-    const records = Array.from({ length: 5000 }, (_, i) => ({ name: `key-${i}`, note: 'x'.repeat(40) }))
-    const path = join(dir, 'data.json')
-    await writeFile(path, spoil(JSON.stringify(records)))
-    await expect(readJsonArray(path, 'data.json', () => {})).rejects.toThrow(/^data\.json: not valid JSON at line 1, column \d+/)
-  })
-
-  it('hands over numbers and literals that the end of a read cuts in two', async () => {
-    const values = Array.from({ length: 150_000 }, (_, i) => i % 10 === 0 ? null : 10_000_000 + i)
-    // The file is read 1 MiB at a time: spaces move a value across the end of the first read.
-    let text = JSON.stringify(values)
-    while (/[,\] ]/.test(text.slice(1024 * 1024 - 1, 1024 * 1024 + 1))) text = `[ ${text.slice(1)}`
-    const { handed, whole } = await batches(text)
-    expect(whole).toBeUndefined()
-    expect(handed.flat()).toEqual(values)
-  })
-
-  it('hands over strings that are elements, of one batch or of many', async () => {
-    for (const values of [['a'], Array.from({ length: 20_000 }, (_, i) => `value "${i}" ], {`)]) {
-      const { handed, whole } = await batches(JSON.stringify(values))
-      expect(whole).toBeUndefined()
-      expect(handed.flat()).toEqual(values)
-    }
-  })
-
-  it.each([
-    ['an object', '{"keys": [{"name": "a"}]}', {}],
-    ['a string', ' "abc" ', 'abc'],
-    ['a number', '12.5e1\n', 125],
-    ['null', 'null', null]
-  ])('answers a file that is valid JSON but not an array (%s) with a stand-in of the same type, for the schema to name', async (_case, text, value) => {
-    expect(await batches(text)).toEqual({ handed: [], whole: value })
-  })
-
-  it('answers a long string with its first characters, more than a message quotes, without reading it whole', async () => {
-    const { whole } = await batches(`"${'\\u00e9'.repeat(100)}${'x'.repeat(10_000_000)}"`)
-    expect(whole).toMatch(new RegExp(`^${'é'.repeat(100)}x+$`))
-    expect((whole as string).length).toBeLessThan(1024)
-  })
-
-  it('refuses an element of more than 1 MiB before it parses it, naming it', async () => {
-    const path = join(dir, 'data.json')
-    await writeFile(path, `[1, "two", {"name": "${'k'.repeat(3 * 1024 * 1024)}"}, 4]`)
-    await expect(readJsonArray(path, 'data.json', () => {})).rejects.toThrow(/^data\.json: \[2\]: a record of more than 1 MiB$/)
+  it('refuses what JSON.parse refuses, with a located message that never quotes the text', async () => {
+    // Valid texts spoiled at one place, and texts made of JSON's own characters.
+    const spoiled = fc.tuple(fc.json(), fc.nat(), fc.constantFrom('', ',', ']', '}', '"', ':', 'x', '\\', '\n', '-', '.', 'e')).map(([text, at, insert]) => {
+      const cut = at % (text.length + 1)
+      return text.slice(0, cut) + insert + text.slice(cut + (insert === '' ? 1 : 0))
+    })
+    const symbols = fc.array(fc.constantFrom('[', ']', '{', '}', '"', ':', ',', '1', '-', 'e', '.', 'true', 'nul', ' ', '\\', 'é')).map((parts) => parts.join(''))
+    await fc.assert(fc.asyncProperty(fc.oneof(spoiled, symbols), async (text) => {
+      const verdict = verdictOf(text)
+      const result = await readText(text)
+      if ('value' in verdict) expect(result).toStrictEqual(verdict)
+      else expect('message' in result && result.message).toMatch(/^data\.json: (not valid JSON at line \d+, column \d+|nested deeper than \d+ levels at line \d+, column \d+)/)
+    }), { numRuns: 300 })
   })
 })
-

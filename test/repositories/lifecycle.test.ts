@@ -1,8 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { createLifecycle, type Lifecycle } from '../../src/repositories/lifecycle.js'
 import type { RecordKind } from '../../src/repositories/records.js'
-import type { Source, SourceEvents } from '../../src/repositories/source.js'
-import type { PartChange } from '../../src/repositories/snapshot.js'
+import type { Change, ReadRequest, Source, SourceEvents } from '../../src/repositories/source.js'
+import { MemberList } from '../../src/repositories/member-list.js'
 import type { ApiKey } from '../../src/schemas/fixtures.js'
 import { makeData, watchLifecycle } from '../helper.js'
 
@@ -26,14 +26,18 @@ function memorySource () {
     change (kind: RecordKind, keys?: string[]) { events!.changed(kind, keys) },
     name: 'memory',
     location: 'memory',
-    async read<K extends RecordKind> (kind: K, keys: readonly string[] | 'all'): Promise<PartChange<K>> {
-      reads.push({ kind, keys })
-      const snapshot = records[kind].slice()
-      await source.gates.get(`${kind}:${keys === 'all' ? 'all' : 'named'}`)
-      if (keys === 'all') return { kind, all: snapshot } as unknown as PartChange<K>
-      if (keys.some((key) => source.failing.has(key))) throw new Error('invalid byte sequence for encoding "UTF8": 0x00')
-      const upsert = snapshot.filter((record) => keys.includes(record[keyOf[kind]] as string))
-      return { kind, upsert, remove: keys.filter((key) => !upsert.some((record) => record[keyOf[kind]] === key)) } as unknown as PartChange<K>
+    async read (requests: readonly ReadRequest[]): Promise<Change[]> {
+      // One version: every kind asked for as it is now.
+      const snapshots = requests.map(({ kind }) => records[kind].slice())
+      for (const { kind, keys } of requests) reads.push({ kind, keys })
+      for (const { kind, keys } of requests) await source.gates.get(`${kind}:${keys === 'all' ? 'all' : 'named'}`)
+      return requests.map(({ kind, keys }, index) => {
+        const snapshot = snapshots[index]!
+        if (keys === 'all') return { kind, all: snapshot } as unknown as Change
+        if (keys.some((key) => source.failing.has(key))) throw new Error('invalid byte sequence for encoding "UTF8": 0x00')
+        const upsert = snapshot.filter((record) => keys.includes(record[keyOf[kind]] as string))
+        return { kind, upsert, remove: keys.filter((key) => !upsert.some((record) => record[keyOf[kind]] === key)) } as unknown as Change
+      })
     },
     watch (handlers: SourceEvents) { events = handlers },
     async close () {}
@@ -59,7 +63,7 @@ const key = (name: string, organization = 'org_alpha'): ApiKey => ({ name, sha25
 async function keyIntoOrganizationBeingRead (source: ReturnType<typeof memorySource>) {
   let release = () => {}
   source.gates.set('organizations:named', new Promise((resolve) => { release = resolve }))
-  source.records.organizations.push({ id: 'org_new', name: 'New', members: [] })
+  source.records.organizations.push({ id: 'org_new', name: 'New', members: MemberList.of([]) })
   source.change('organizations', ['org_new'])
   source.records.keys.push(key('moved', 'org_new'))
   source.change('keys', ['moved'])

@@ -1,27 +1,25 @@
 import { watch, type FSWatcher } from 'node:fs'
 import { realpath, stat } from 'node:fs/promises'
 import { join } from 'node:path'
-import { DataError, KINDS, RECORD_KINDS, assertUnique, recordProblem, validateRecords, type DirectoryData, type Held, type RecordKind } from '../records.js'
-import { readJsonArray } from '../json-file.js'
-import { readOrganizationsFile } from '../organizations-file.js'
-import { blockIndex } from '../member-list.js'
+import { DataError, KINDS, RECORD_KINDS, assertUnique, compactMembers, recordProblem, validateRecords, type DirectoryData, type RecordKind } from '../records.js'
+import { readJsonFile } from '../json-file.js'
 import { createSlicer } from '../slices.js'
-import { readKeyChange, type PartChange, type Snapshot } from '../snapshot.js'
-import { readAll, type Source, type SourceEvents } from '../source.js'
+import { readAll, type Change, type ReadRequest, type Source, type SourceEvents } from '../source.js'
+import type { Member } from '../../schemas/member.js'
 
 /** The data file of each kind, by kind. */
 export const FIXTURE_FILES = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, KINDS[kind].file])) as { [K in RecordKind]: (typeof KINDS)[K]['file'] }
 
 /**
- * Changes are read this long after the first event of a burst: an editor's or Kubernetes' several
- * writes become one read, and a steady stream of changes is still read as it comes.
+ * Events of a burst (an editor's or Kubernetes' several writes) are looked at once, this long
+ * after the first: the files are then read from one version of the folder.
  */
-const SETTLE_MS = 100
+const DEBOUNCE_MS = 100
 
 /** How often the folder itself is looked at: deleted, recreated, renamed or replaced. */
 const FOLDER_CHECK_MS = 1000
 
-/** Reads of a file that keeps changing while it is read, before it is taken as read. */
+/** Reads of files that keep changing while they are read, before the last is taken as read. */
 const READ_ATTEMPTS = 5
 
 /**
@@ -38,57 +36,33 @@ async function signatureOf (path: string) {
 }
 
 /**
- * One data file, validated, as a change to the kind: every record, as the snapshot holds them, or
- * for keys.json the keys that differ from `current`'s (readKeyChange). Any problem (a missing file,
- * bad JSON, a bad record) is a DataError naming the file, record and field. organizations.json
- * shares the member blocks of `current`'s organizations that did not change.
+ * One data file, validated, as a change to its kind: every record. Any problem (a missing file,
+ * bad JSON, a bad record, a file too large) is a DataError naming the file, record and field.
  */
-async function readFile<K extends RecordKind> (dir: string, kind: K, current: Snapshot | undefined): Promise<PartChange<K>> {
+async function readFile<K extends RecordKind> (dir: string, kind: K): Promise<Change<K>> {
   const file = KINDS[kind].file
-  const path = join(dir, file)
   try {
-    if (kind === 'organizations') {
-      const shared = current ? await blockIndex(current.parts.organizations.byKey.values()) : undefined
-      const records = await readOrganizationsFile(path, file, shared)
-      assertUnique('organizations', records, file)
-      return { kind, all: records } as unknown as PartChange<K>
+    const value = await readJsonFile(join(dir, file), file)
+    if (!Array.isArray(value)) validateRecords(kind, value, file)
+    const records = value as unknown[]
+    const slicer = createSlicer()
+    for (let index = 0; index < records.length; index++) {
+      const problem = recordProblem(kind, records[index], index)
+      if (problem !== undefined) throw new DataError(`${file}: ${problem}`)
+      if (kind === 'organizations') {
+        // Held serialized (member-list.ts), each organization's member ids checked unique.
+        const organization = records[index] as { members: Member[] }
+        records[index] = { ...organization, members: compactMembers(organization.members, file, `[${index}].members`) }
+      }
+      if (slicer.due()) await slicer.pause()
     }
-    if (kind === 'keys') {
-      return await readKeyChange(current?.parts.keys, file, (add) => readRecords('keys', path, file, add)) as PartChange<K>
-    }
-    const records: Array<Held<K>> = []
-    await readRecords(kind, path, file, (record) => records.push(record))
-    assertUnique(kind, records, file)
-    return { kind, all: records } as unknown as PartChange<K>
+    assertUnique(kind, records as never, file)
+    return { kind, all: records } as unknown as Change<K>
   } catch (error) {
     if (error instanceof DataError) throw error
     // The file is missing, not a file, too large, not JSON: the data is wrong, not the reading.
     throw new DataError((error as Error).message)
   }
-}
-
-/** Hands each record of an array file to `add`, in order, validated, a batch at a time. */
-async function readRecords<K extends RecordKind> (kind: K, path: string, file: string, add: (record: Held<K>) => void) {
-  const slicer = createSlicer()
-  const whole = await readJsonArray(path, file, async (values, first) => {
-    for (let k = 0; k < values.length; k++) {
-      const problem = recordProblem(kind, values[k], first + k)
-      if (problem !== undefined) throw new DataError(`${file}: ${problem}`)
-      add(values[k] as Held<K>)
-      if (slicer.due()) await slicer.pause()
-    }
-  })
-  // The scan gave up (the file is not what it expects): the file was read whole instead.
-  if (whole !== undefined) for (const record of validateWhole(kind, whole, file)) add(record)
-}
-
-function validateWhole<K extends RecordKind> (kind: K, value: unknown, file: string): Array<Held<K>> {
-  if (!Array.isArray(value)) return validateRecords(kind, value, file) as Array<Held<K>>
-  value.forEach((record: unknown, index) => {
-    const problem = recordProblem(kind, record, index)
-    if (problem !== undefined) throw new DataError(`${file}: ${problem}`)
-  })
-  return value as Array<Held<K>>
 }
 
 /** Reads and validates the data files of a folder once; throws a DataError naming file, record and field. */
@@ -97,7 +71,7 @@ export async function loadFixtures (dir: string): Promise<DirectoryData> {
 }
 
 /**
- * The data files of a folder, each read again when it changes, alone. The folder is watched, not the
+ * The data files of a folder, each read again when it changes. The folder is watched, not the
  * files: an editor or `mv` replaces a file by rename, and Kubernetes updates a mounted ConfigMap or
  * Secret by swapping its `..data` symlink, and both leave a watch on the old file's inode blind. The
  * folder itself is looked at every second: while it is missing the last data keeps serving, and a
@@ -108,30 +82,32 @@ export function createFileSource (dir: string): Source {
   /** The folder's identity when the watch was set on it. */
   let watched = ''
   let events: SourceEvents | undefined
-  let settle: NodeJS.Timeout | undefined
+  let debounce: NodeJS.Timeout | undefined
   let folderCheck: NodeJS.Timeout | undefined
+  /** The signature of each kind's file when it was last read or told of. */
   const seen = new Map<RecordKind, string>()
   let closed = false
 
+  const signatures = (folder: string, kinds: readonly RecordKind[]) => Promise.all(kinds.map((kind) => signatureOf(join(folder, KINDS[kind].file))))
+
   /** Tells of the files whose signature changed since last seen. */
   async function lookAtFiles () {
-    // All looked at before any is told of: files swapped together are read together.
-    const signatures = await Promise.all(RECORD_KINDS.map((kind) => signatureOf(join(dir, KINDS[kind].file))))
+    const now = await signatures(dir, RECORD_KINDS)
     if (closed) return
     RECORD_KINDS.forEach((kind, index) => {
-      if (signatures[index] !== seen.get(kind)) {
-        seen.set(kind, signatures[index]!)
+      if (now[index] !== seen.get(kind)) {
+        seen.set(kind, now[index]!)
         events?.changed(kind)
       }
     })
   }
 
   function scheduleLook () {
-    if (settle !== undefined || closed) return
-    settle = setTimeout(() => {
-      settle = undefined
+    if (debounce !== undefined || closed) return
+    debounce = setTimeout(() => {
+      debounce = undefined
       void lookAtFiles()
-    }, SETTLE_MS)
+    }, DEBOUNCE_MS)
   }
 
   /** Watches the folder that is there now, or says it is missing. */
@@ -165,70 +141,33 @@ export function createFileSource (dir: string): Source {
     folderCheck.unref()
   }
 
-  /** The generation folder `..data` resolves to, shared by the reads that start in one turn of the event loop. */
-  let resolving: Promise<string | undefined> | undefined
-
-  /**
-   * The generation folder `..data` points at now, or undefined in a plain folder. Resolved once for the
-   * reads started in the same turn (the kinds of one swap, which the lifecycle reads together), so that
-   * they read the same generation, as the PostgreSQL source reads a turn's kinds in one transaction.
-   */
-  function generationNow () {
-    if (resolving === undefined) {
-      resolving = resolveGeneration()
-      setImmediate(() => { resolving = undefined })
-    }
-    return resolving
-  }
-
-  function resolveGeneration () {
-    // Not there, or not resolvable: a plain folder, whose files are checked for changes while read.
-    return realpath(join(dir, GENERATION_LINK)).catch(() => undefined)
-  }
-
-  /**
-   * A kind read from one generation of a Kubernetes volume. The kubelet writes a generation's folder whole
-   * before it swaps `..data` to it and never writes it again, so a file read from there is of that one
-   * generation however many swaps come meanwhile: there is nothing to check and nothing to read again,
-   * and a read of a few seconds installs its generation while swaps keep coming.
-   */
-  async function readGeneration<K extends RecordKind> (kind: K, generation: string, current: Snapshot | undefined): Promise<PartChange<K>> {
-    for (let attempt = 1; ; attempt++) {
-      const signature = await signatureOf(join(generation, KINDS[kind].file))
-      try {
-        const change = await readFile(generation, kind, current)
-        if (!seen.has(kind)) seen.set(kind, signature)
-        return change
-      } catch (error) {
-        // The kubelet removes a generation once the next is swapped in: a file opened after that (the
-        // start of a read, the second pass of a large change) is gone, not wrong. The newest is read instead.
-        const newest = await resolveGeneration()
-        if (attempt === READ_ATTEMPTS || newest === undefined || newest === generation) throw error
-        generation = newest
-      }
-    }
-  }
+  /** Each kind's file read from `folder`, a DataError for a file refused. */
+  const readFiles = (folder: string, kinds: readonly RecordKind[]) =>
+    Promise.all(kinds.map((kind) => readFile(folder, kind).catch((error: unknown) => {
+      if (error instanceof DataError) return error
+      throw error
+    })))
 
   return {
     name: 'files',
     location: dir,
-    async read (kind, _keys, current) {
-      // Before any await: the reads the lifecycle starts together start in one turn, and share it.
-      const generation = await generationNow()
-      if (generation !== undefined) return await readGeneration(kind, generation, current)
-      // A file that changed while it was read is read again: what was read may be half of two versions.
-      const path = join(dir, KINDS[kind].file)
+    async read (requests: readonly ReadRequest[]) {
+      // A file is read whole whatever a notice named.
+      const kinds = requests.map(({ kind }) => kind)
       for (let attempt = 1; ; attempt++) {
-        const before = await signatureOf(path)
-        const change = await readFile(dir, kind, current).catch(async (error: unknown) => {
-          if (attempt < READ_ATTEMPTS && before !== await signatureOf(path)) return undefined
-          throw error
-        })
-        if (change === undefined) continue
-        if (attempt === READ_ATTEMPTS || before === await signatureOf(path)) {
-          if (!seen.has(kind)) seen.set(kind, before)
-          return change
-        }
+        // One version of the folder: a Kubernetes volume's generation, which the kubelet writes whole
+        // before it swaps `..data` to it and never writes again, or in a plain folder the files whose
+        // signatures did not change while they were read.
+        const generation = await realpath(join(dir, GENERATION_LINK)).catch(() => undefined)
+        const folder = generation ?? dir
+        const before = await signatures(folder, kinds)
+        const changes = await readFiles(folder, kinds)
+        const after = await signatures(folder, kinds)
+        // The kubelet removes a generation once the next is swapped in: a file gone while read is of an old one.
+        const torn = after.some((signature, index) => signature !== before[index])
+        if (torn && attempt < READ_ATTEMPTS) continue
+        kinds.forEach((kind, index) => { if (!seen.has(kind)) seen.set(kind, before[index]!) })
+        return changes
       }
     },
     watch (handlers) {
@@ -237,7 +176,7 @@ export function createFileSource (dir: string): Source {
     },
     async close () {
       closed = true
-      clearTimeout(settle)
+      clearTimeout(debounce)
       clearTimeout(folderCheck)
       watcher?.close()
     }

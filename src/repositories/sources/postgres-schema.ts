@@ -1,4 +1,5 @@
 import type pg from 'pg'
+import { KINDS, RECORD_KINDS, type RecordKind } from '../records.js'
 
 /** The channel the triggers notify on; every replica listens to it. */
 export const CHANNEL = 'model_gateway_directory'
@@ -267,7 +268,93 @@ BEGIN
 END
 $$;
 `
+}, {
+  version: 4,
+  name: 'lists as documents their schema checks, and no check that restates a schema',
+  sql: String.raw`
+-- A provider and an endpoint are stored as the JSON document a file holds, checked by the replicas
+-- with the same compiled schema as the files: no column, CHECK or pattern says it again, and a new
+-- list kind is a table made from its registry entry (listTableSql). The rows move over in place,
+-- their fields in the files' order, a field left out where omitted_fields said so.
+ALTER TABLE providers RENAME TO providers_columns;
+ALTER TABLE endpoints RENAME TO endpoints_columns;
+DROP TRIGGER providers_notify ON providers_columns;
+DROP TRIGGER endpoints_notify ON endpoints_columns;
+ALTER TABLE providers_columns RENAME CONSTRAINT providers_pkey TO providers_columns_pkey;
+ALTER TABLE endpoints_columns RENAME CONSTRAINT endpoints_pkey TO endpoints_columns_pkey;
+${listTableSql('providers')}
+${listTableSql('endpoints')}
+INSERT INTO providers (position, document)
+  SELECT position, (SELECT json_object_agg(field, value ORDER BY n) FROM (VALUES
+      (1, 'name', to_json(name)), (2, 'slug', to_json(slug)), (3, 'privacy_policy_url', to_json(privacy_policy_url)),
+      (4, 'terms_of_service_url', to_json(terms_of_service_url)), (5, 'status_page_url', to_json(status_page_url)),
+      (6, 'headquarters', to_json(headquarters)), (7, 'datacenters', to_json(datacenters))) AS fields (n, field, value)
+    WHERE NOT field = ANY (omitted_fields))
+  FROM providers_columns ORDER BY position, slug;
+CREATE FUNCTION pg_temp.ordered(value jsonb, fields text[]) RETURNS json LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE WHEN value IS NULL THEN NULL ELSE
+    (SELECT json_object_agg(field, value -> field ORDER BY n) FROM unnest(fields) WITH ORDINALITY AS f (field, n)) END
+$$;
+INSERT INTO endpoints (position, document)
+  SELECT position, json_build_object(
+    'model_id', model_id, 'model_name', model_name, 'name', name, 'provider_name', provider_name, 'tag', tag,
+    'context_length', context_length, 'max_prompt_tokens', max_prompt_tokens, 'max_completion_tokens', max_completion_tokens,
+    'pricing', pg_temp.ordered(pricing, '{prompt,completion,image,request}'), 'quantization', quantization, 'status', status,
+    'supported_parameters', supported_parameters, 'supports_implicit_caching', supports_implicit_caching,
+    'supports_tool_choice', pg_temp.ordered(supports_tool_choice, '{auto,function,none,required}'),
+    'latency_last_30m', pg_temp.ordered(latency_last_30m, '{p50,p75,p90,p99}'),
+    'throughput_last_30m', pg_temp.ordered(throughput_last_30m, '{p50,p75,p90,p99}'),
+    'uptime_last_5m', uptime_last_5m, 'uptime_last_30m', uptime_last_30m, 'uptime_last_1d', uptime_last_1d)
+  FROM endpoints_columns ORDER BY position, id;
+DROP TABLE providers_columns, endpoints_columns;
+DROP FUNCTION directory_is_url(text), directory_is_country_code(text), directory_all_match(text[], text),
+  directory_is_pricing(jsonb), directory_is_object_of(jsonb, text[], text);
+
+-- The checks that restated a schema's pattern or list go: the replicas check every row they read,
+-- and keep the last good version of a row they refuse. Keys, names and references stay.
+ALTER TABLE keys DROP CONSTRAINT keys_name_check, DROP CONSTRAINT keys_sha256_check, DROP CONSTRAINT keys_kind_check,
+  DROP CONSTRAINT keys_organization_id_check;
+ALTER TABLE organizations DROP CONSTRAINT organizations_id_check, DROP CONSTRAINT organizations_name_check;
+ALTER TABLE members DROP CONSTRAINT members_id_check, DROP CONSTRAINT members_email_check, DROP CONSTRAINT members_role_check;
+
+-- A change of members names their organizations, which a replica reads again whole.
+DROP TRIGGER members_notify_insert ON members;
+DROP TRIGGER members_notify_update ON members;
+DROP TRIGGER members_notify_delete ON members;
+DROP TRIGGER members_notify_truncate ON members;
+DROP FUNCTION directory_notify_members();
+CREATE TRIGGER members_notify_insert AFTER INSERT ON members
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION directory_notify_rows('organization_id', 'organization_ids');
+CREATE TRIGGER members_notify_update AFTER UPDATE ON members
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION directory_notify_rows('organization_id', 'organization_ids');
+CREATE TRIGGER members_notify_delete AFTER DELETE ON members
+  REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION directory_notify_rows('organization_id', 'organization_ids');
+CREATE TRIGGER members_notify_truncate AFTER TRUNCATE ON members
+  FOR EACH STATEMENT EXECUTE FUNCTION directory_notify_rows('organization_id', 'organization_ids');
+`
 }]
+
+/**
+ * The table of a kind served as a whole list: each record the JSON document a file holds (json
+ * keeps its text, fields in their order), its place in the list, and each field the registry says
+ * is unique as a generated column, unique: an operator changes a record with one statement
+ * (`UPDATE providers SET document = '{...}' WHERE slug = 'openai'`). A statement that writes it
+ * notifies the replicas, which read the list again.
+ */
+export function listTableSql (kind: RecordKind): string {
+  const { table, unique } = KINDS[kind]
+  const columns = unique.map((field) => `,\n  ${field} text GENERATED ALWAYS AS (document ->> '${field}') STORED UNIQUE`).join('')
+  return `CREATE TABLE IF NOT EXISTS ${table} (
+  id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+  position bigint,
+  document json NOT NULL${columns}
+);
+CREATE OR REPLACE TRIGGER ${table}_notify AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${table}
+  FOR EACH STATEMENT EXECUTE FUNCTION directory_notify_table();`
+}
+
+/** The kinds served as whole lists: a table of documents each. */
+export const LIST_KINDS = RECORD_KINDS.filter((kind) => KINDS[kind].held === 'list')
 
 /** The schema version this build reads and writes. */
 const SCHEMA_VERSION = MIGRATIONS.at(-1)!.version
@@ -276,11 +363,11 @@ const SCHEMA_VERSION = MIGRATIONS.at(-1)!.version
 const MIGRATION_LOCK = 7_208_114_231
 
 /**
- * Brings the schema to SCHEMA_VERSION, in one transaction; answers the versions applied. Replicas
+ * Brings the schema to SCHEMA_VERSION (or `target`, for a test of a migration), in one transaction; answers the versions applied. Replicas
  * and Jobs that run it at once queue on an advisory lock: the first applies, the others find
  * nothing left to do.
  */
-export async function migrate (client: pg.ClientBase): Promise<number[]> {
+export async function migrate (client: pg.ClientBase, target = SCHEMA_VERSION): Promise<number[]> {
   await client.query('BEGIN')
   try {
     await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK])
@@ -291,11 +378,13 @@ export async function migrate (client: pg.ClientBase): Promise<number[]> {
     )`)
     const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations')
     const applied = new Set(rows.map((row) => row.version))
-    const pending = MIGRATIONS.filter((migration) => !applied.has(migration.version))
+    const pending = MIGRATIONS.filter((migration) => !applied.has(migration.version) && migration.version <= target)
     for (const migration of pending) {
       await client.query(migration.sql)
       await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [migration.version, migration.name])
     }
+    // A list kind registered since the last migration gets its table.
+    if (target >= 4) for (const kind of LIST_KINDS) await client.query(listTableSql(kind))
     await client.query('COMMIT')
     return pending.map((migration) => migration.version)
   } catch (error) {

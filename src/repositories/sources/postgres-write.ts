@@ -1,7 +1,7 @@
 import type pg from 'pg'
-import type { DirectoryData } from '../records.js'
+import { KINDS, type DirectoryData } from '../records.js'
 import type { ApiKey } from '../../schemas/fixtures.js'
-import { checkSchema } from './postgres-schema.js'
+import { LIST_KINDS, checkSchema } from './postgres-schema.js'
 
 /**
  * Rows per INSERT: a million members go in 50 statements, each a JSON array PostgreSQL turns into
@@ -41,8 +41,6 @@ function * memberRows (organizations: DirectoryData['organizations']) {
   }
 }
 
-const OPTIONAL_PROVIDER_FIELDS = ['terms_of_service_url', 'status_page_url', 'headquarters', 'datacenters'] as const
-
 /**
  * Replaces every row of the directory's tables with `data` (validated by the caller), in one
  * transaction: all of it or nothing. Each list keeps its order in the `position` column. The
@@ -55,19 +53,12 @@ export async function replaceDirectory (client: pg.ClientBase, data: DirectoryDa
     // DELETE, not TRUNCATE: TRUNCATE is not MVCC-safe. A replica's REPEATABLE READ transaction whose
     // snapshot was taken before this one commits would see the truncated tables empty, and serve no
     // keys (every request a 401) or no providers until the next change (the reload storm test).
-    for (const table of ['keys', 'members', 'organizations', 'endpoints', 'providers']) await client.query(`DELETE FROM ${table}`)
-    await insertRows(client, 'providers',
-      ['slug', 'position', 'name', 'privacy_policy_url', ...OPTIONAL_PROVIDER_FIELDS, 'omitted_fields'],
-      data.providers.map((provider, position) => ({
-        ...provider,
-        position,
-        omitted_fields: OPTIONAL_PROVIDER_FIELDS.filter((field) => !(field in provider))
-      })))
-    await insertRows(client, 'endpoints',
-      ['position', 'model_id', 'model_name', 'name', 'provider_name', 'tag', 'context_length', 'max_prompt_tokens', 'max_completion_tokens',
-        'pricing', 'quantization', 'status', 'supported_parameters', 'supports_implicit_caching', 'supports_tool_choice',
-        'latency_last_30m', 'throughput_last_30m', 'uptime_last_5m', 'uptime_last_30m', 'uptime_last_1d'],
-      data.endpoints.map((endpoint, position) => ({ ...endpoint, position })))
+    for (const table of ['keys', 'members', 'organizations', ...LIST_KINDS.map((kind) => KINDS[kind].table)]) await client.query(`DELETE FROM ${table}`)
+    for (const kind of LIST_KINDS) {
+      // Each record the document it is, in its place in the list.
+      await client.query(`INSERT INTO ${KINDS[kind].table} (position, document)
+        SELECT position - 1, document FROM json_array_elements($1::json) WITH ORDINALITY AS records (document, position)`, [JSON.stringify(data[kind])])
+    }
     await insertRows(client, 'organizations', ['id', 'position', 'name'],
       data.organizations.map(({ id, name }, position) => ({ id, position, name })))
     await insertRows(client, 'members', ['organization_id', 'id', 'position', 'email', 'first_name', 'last_name', 'role'], memberRows(data.organizations))
@@ -79,7 +70,7 @@ export async function replaceDirectory (client: pg.ClientBase, data: DirectoryDa
   }
   // Statistics now, not when autovacuum comes by: the replicas' reads of the members of one
   // organization are then index scans in page order, not a sort of the whole table.
-  await client.query('ANALYZE providers, endpoints, organizations, members, keys')
+  await client.query(`ANALYZE ${[...LIST_KINDS.map((kind) => KINDS[kind].table), 'organizations', 'members', 'keys'].join(', ')}`)
 }
 
 /** Records a key; refuses a name already taken (revocation goes by name). */

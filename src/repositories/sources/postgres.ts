@@ -3,15 +3,15 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { Type } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import pg from 'pg'
-import { DataError, KINDS, RECORD_KINDS, type RecordKind, memberProblem, recordProblem, validateRecords, type Organization } from '../records.js'
+import { DataError, KINDS, RECORD_KINDS, assertUnique, memberProblem, recordProblem, type Organization, type RecordKind } from '../records.js'
 import { createSlicer } from '../slices.js'
-import { MemberList, MemberListBuilder, blockIndex, type Block } from '../member-list.js'
+import { MemberList } from '../member-list.js'
+import { KeyTableBuilder } from '../key-table.js'
 import { quoteValue } from '../../schemas/describe-error.js'
-import type { Source, SourceEvents } from '../source.js'
-import { readKeyChange, type PartChange, type Snapshot } from '../snapshot.js'
+import type { Change, ReadRequest, Source, SourceEvents } from '../source.js'
 import type { ApiKey } from '../../schemas/fixtures.js'
 import type { Member } from '../../schemas/member.js'
-import { CHANNEL, checkSchema } from './postgres-schema.js'
+import { CHANNEL, LIST_KINDS, checkSchema } from './postgres-schema.js'
 import { copyRows, type TextRow } from './copy-rows.js'
 
 /** Reconnection waits 100 ms, then twice as long each time, up to this. */
@@ -136,80 +136,41 @@ export async function connectPostgres (url: string, timeoutMs: number, { applica
   }
 }
 
-/** `where: [3].field: problem` becomes `table t, row key "x": field: problem`: the row, by its key. */
-function rowMessage (message: string, table: string, keyOf: (index: number) => string): string {
-  const match = /^[^:]+: \[(\d+)\]\.?(.*)$/.exec(message)
-  if (!match) return `table ${table}: ${message.replace(/^[^:]+: /, '')}`
-  let rest = match[2]!
+/** A bad row's message: `table t, row key "x": field: problem`, from recordProblem's `[3].field: problem`. */
+function rowMessage (problem: string, table: string, row: string): string {
+  let rest = problem.replace(/^\[\d+\]\.?/, '')
   // A key hash is a secret, whatever it holds: never echoed.
   if (table === 'keys' && rest.startsWith('sha256:')) rest = 'sha256: is not a lowercase hex SHA-256'
-  return `table ${table}, row ${keyOf(Number(match[1]))}: ${rest}`
+  return `table ${table}, row ${row}: ${rest}`
 }
 
-function locateRow (error: unknown, table: string, keyOf: (index: number) => string): never {
-  if (!(error instanceof DataError)) throw error
-  throw new DataError(rowMessage(error.message, table, keyOf))
-}
+/** Where a read puts the records it refuses one by one, by key: each keeps the version served. */
+type Refusals = Map<string, string>
 
 /**
- * Where a read puts the rows it refuses one by one: at start (no `served`) a bad row stops the
- * start; on a change it is noted, and its record keeps the version served.
+ * A kind served as a whole list: every document of its table, in list order, validated with the
+ * kind's compiled schema, as a file's records are. A bad one refuses the list, naming its row.
  */
-class Refusals {
-  readonly problems: string[] = []
-  readonly keys = new Set<string>()
-  constructor (readonly atStart: boolean) {}
-
-  refuse (key: string, problem: string) {
-    if (this.atStart) throw new DataError(problem)
-    this.keys.add(key)
-    this.problems.push(problem)
+async function readList (client: pg.ClientBase, kind: RecordKind): Promise<Change> {
+  const { table, key } = KINDS[kind]
+  const { rows } = await client.query<{ id: number, document: unknown }>(`SELECT id, document FROM ${table} ORDER BY position, id`)
+  const slicer = createSlicer()
+  const records: unknown[] = []
+  for (const [index, { id, document }] of rows.entries()) {
+    const problem = recordProblem(kind, document, index)
+    if (problem !== undefined) {
+      const named = key === undefined ? undefined : (document as Record<string, unknown> | null)?.[key]
+      throw new DataError(rowMessage(problem, table, typeof named === 'string' ? `${key} ${quoteValue(named)}` : `id ${id}`))
+    }
+    records.push(document)
+    if (slicer.due()) await slicer.pause()
   }
-}
-
-/** Copies `object` with `keys` first, in that order (jsonb keeps keys in an order of its own). */
-function inOrder<T extends object> (object: T | null, keys: readonly string[]): T | null {
-  if (object === null || typeof object !== 'object' || Array.isArray(object)) return object
-  const ordered: Record<string, unknown> = {}
-  for (const key of keys) if (key in object) ordered[key] = (object as Record<string, unknown>)[key]
-  return Object.assign(ordered, object) as T
-}
-
-const PERCENTILES = ['p50', 'p75', 'p90', 'p99']
-
-// Each reader returns the records in page order, validated, with the field order of the files.
-
-async function readProviders (client: pg.ClientBase) {
-  const { rows } = await client.query(`SELECT name, slug, privacy_policy_url, terms_of_service_url, status_page_url, headquarters, datacenters, omitted_fields
-    FROM providers ORDER BY position, slug`)
-  const records = rows.map(({ omitted_fields: omitted, ...record }) => {
-    for (const field of omitted as string[]) delete record[field]
-    return record
-  })
   try {
-    return validateRecords('providers', records, 'providers')
+    assertUnique(kind, records as never, table)
   } catch (error) {
-    locateRow(error, 'providers', (index) => `slug ${quoteValue(rows[index].slug)}`)
+    throw new DataError(`table ${(error as Error).message}`)
   }
-}
-
-async function readEndpoints (client: pg.ClientBase) {
-  const { rows } = await client.query(`SELECT id, model_id, model_name, name, provider_name, tag, context_length, max_prompt_tokens, max_completion_tokens,
-      pricing, quantization, status, supported_parameters, supports_implicit_caching, supports_tool_choice,
-      latency_last_30m, throughput_last_30m, uptime_last_5m, uptime_last_30m, uptime_last_1d
-    FROM endpoints ORDER BY position, id`)
-  const records = rows.map(({ id: _, ...record }) => ({
-    ...record,
-    pricing: inOrder(record.pricing, ['prompt', 'completion', 'image', 'request']),
-    supports_tool_choice: inOrder(record.supports_tool_choice, ['auto', 'function', 'none', 'required']),
-    latency_last_30m: inOrder(record.latency_last_30m, PERCENTILES),
-    throughput_last_30m: inOrder(record.throughput_last_30m, PERCENTILES)
-  }))
-  try {
-    return validateRecords('endpoints', records, 'endpoints')
-  } catch (error) {
-    locateRow(error, 'endpoints', (index) => `id ${rows[index].id}`)
-  }
+  return { kind, all: records, rowsRead: rows.length } as Change
 }
 
 /**
@@ -250,299 +211,100 @@ async function * cursorRows (client: pg.ClientBase, query: { text: string, value
 
 /**
  * The rows of a query of text columns, in batches: a whole table (no values) by COPY, which costs
- * half as much; the rows a notice names through a cursor, since COPY takes no parameters.
+ * half as much (BENCHMARKS.md); the rows a notice names through a cursor, since COPY takes no parameters.
  */
 function rowsOf (client: pg.ClientBase, query: { text: string, values?: unknown[] }): AsyncGenerator<TextRow[]> {
   return query.values === undefined ? copyRows(client, query.text) : cursorRows(client, query)
 }
 
 /**
- * Keys, all (as a change to those in place: readKeyChange) or those of these names, validated; a
- * bad row is a DataError naming it. Never a million objects at once: a batch at a time.
+ * Keys, all or those of these names, validated; a bad row is refused alone. Every key is built
+ * into a KeyTable as it is read (key-table.ts): never a million objects at once.
  */
-async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all', current: Snapshot | undefined): Promise<PartChange<'keys'>> {
+async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'): Promise<Change<'keys'>> {
   const columns = 'SELECT name, sha256, kind, organization_id FROM keys'
-  const served = current?.parts.keys.byKey
-  const refusals = new Refusals(served === undefined)
-  let index = 0
-  const read = async (add: (key: ApiKey) => void) => {
-    // In no order: a key table has none, and reading the table in its own order spares an index scan.
-    const query = names === 'all' ? { text: columns } : { text: `${columns} WHERE name = ANY($1)`, values: [names] }
-    for await (const rows of rowsOf(client, query)) {
-      // NOT NULL columns; a null would be refused by recordProblem all the same.
-      for (const [name, sha256, kind, organization] of rows as string[][]) {
-        const key = { name: name!, sha256: sha256!, kind: kind as ApiKey['kind'], organization_id: organization! }
-        const problem = recordProblem('keys', key, index++)
-        if (problem === undefined) add(key)
-        else {
-          refusals.refuse(name!, rowMessage(`keys: ${problem}`, 'keys', () => `name ${quoteValue(name)}`))
-          // A whole read keeps the version served; a read of names leaves the name out of its change.
-          const last = served?.get(name!)
-          if (names === 'all' && last !== undefined) add(last)
-        }
-      }
-    }
-  }
-  if (names === 'all') return { ...await readKeyChange(current?.parts.keys, 'table keys', read), rowsRead: index, refused: refusals.problems }
+  const refused: Refusals = new Map()
+  const table = names === 'all' ? new KeyTableBuilder('table keys') : undefined
   const found: ApiKey[] = []
-  await read((key) => found.push(key))
-  const present = new Set(found.map((key) => key.name))
-  return { kind: 'keys', upsert: found, remove: names.filter((name) => !present.has(name) && !refusals.keys.has(name)), rowsRead: index, refused: refusals.problems }
-}
-
-/**
- * Organizations' ids and names, validated (their members apart: readMembers checks them), a batch
- * at a time: a hundred thousand of them would otherwise be parsed and checked in one go.
- */
-async function readOrganizationList (client: pg.ClientBase, ids: readonly string[] | 'all', refusals: Refusals): Promise<Array<{ id: string, name: string }>> {
-  const list: Array<{ id: string, name: string }> = []
-  const query = ids === 'all'
-    ? { text: 'SELECT id, name FROM organizations ORDER BY position, id' }
-    : { text: 'SELECT id, name FROM organizations WHERE id = ANY($1) ORDER BY position, id', values: [ids] }
+  let index = 0
+  // In no order: a key table has none, and reading the table in its own order spares an index scan.
+  const query = names === 'all' ? { text: columns } : { text: `${columns} WHERE name = ANY($1)`, values: [names] }
   for await (const rows of rowsOf(client, query)) {
-    for (const [id, name] of rows as Array<[string, string]>) {
-      const problem = recordProblem('organizations', { id, name, members: [] }, list.length)
-      if (problem === undefined) list.push({ id, name })
-      else refusals.refuse(id, rowMessage(`organizations: ${problem}`, 'organizations', () => `id ${quoteValue(id)}`))
+    for (const [name, sha256, kind, organization] of rows as string[][]) {
+      const key = { name: name!, sha256: sha256!, kind: kind as ApiKey['kind'], organization_id: organization! }
+      const problem = recordProblem('keys', key, index++)
+      if (problem !== undefined) refused.set(name!, rowMessage(problem, 'keys', `name ${quoteValue(name)}`))
+      else if (table !== undefined) table.add(key)
+      else found.push(key)
     }
   }
-  return list
+  if (table !== undefined) return { kind: 'keys', all: table.finish(), rowsRead: index, refused }
+  const present = new Set(found.map((key) => key.name))
+  return { kind: 'keys', upsert: found, remove: (names as readonly string[]).filter((name) => !present.has(name) && !refused.has(name)), rowsRead: index, refused }
 }
-
-/** A member's place in page order: its position (as text: a bigint; null comes last), then its id. */
-type SortKey = readonly [position: string | null, id: string]
-
-/**
- * What notices said of an organization's members since it was last read: the sort keys of the
- * members changed, before and after (read the blocks around them), `whole` (read them all), or
- * `row` (its row alone changed: keep its members).
- */
-type MemberChange = SortKey[] | 'whole' | 'row'
-
-/**
- * More sort keys than this noted for one organization before it is read, or more of its blocks
- * than a quarter to read again around them, and it is read whole: a partial read never costs more
- * than a whole one, however many changes pile up while a read runs.
- */
-const MEMBER_KEYS_MAX = 256
-const BLOCKS_SHARE_MAX = 0.25
-
-/**
- * Where each block of a list ends in page order (the sort key of its last member), for lists of
- * more than one block: a change to a few members of a large organization reads again the blocks
- * around them alone. A list of one block is read again whole, which costs as much.
- */
-const boundsOf = new WeakMap<MemberList, readonly SortKey[]>()
 
 /** A member row, in array mode: organization_id, id, email, first_name, last_name, role. */
 const MEMBER_COLUMNS = 'organization_id, id, email, first_name, last_name, role'
-/** The same, and its position (as text, and not named `position`, which ORDER BY would take for it). */
-const RANGE_COLUMNS = `${MEMBER_COLUMNS}, position::text AS position_text`
 const PAGE_ORDER = 'ORDER BY organization_id, position, id'
 
-/** Where the blocks of a list end: their last members' ids, and positions where the rows read had them. */
-interface BlockEnds {
-  readonly ids: string[]
-  readonly positions: Array<string | null | undefined>
-}
-
-/** A MemberListBuilder of member rows that notes where its blocks end. */
-class RowListBuilder {
-  private readonly builder: MemberListBuilder
-  private readonly ends: BlockEnds = { ids: [], positions: [] }
-  private lastId = ''
-  private lastPosition: string | null | undefined
-
-  constructor (shared?: ReadonlyMap<number, Block>) {
-    // Member ids are unique within their organization by the primary key (organization_id, id):
-    // the builder's own check, which costs more than the schema on a large organization, would only say it again.
-    this.builder = new MemberListBuilder(shared, { checkIds: false })
-  }
-
-  get atBlockEnd () {
-    return this.builder.atBlockEnd
-  }
-
-  /** Adds a row (of MEMBER_COLUMNS or RANGE_COLUMNS), validated: a bad one is a DataError naming it. */
-  add (row: Array<string | null>) {
-    // A member object is made once, in the field order of the files, without the organization's id.
-    const member = { id: row[1]!, email: row[2]!, first_name: row[3]!, last_name: row[4]!, role: row[5] as Member['role'] }
-    const problem = memberProblem(member, 0, 0)
-    if (problem !== undefined) {
-      // `[0].members[0].email: problem` becomes `table members, row …: email: problem`.
-      throw new DataError(`table members, row organization_id ${quoteValue(row[0])}, id ${quoteValue(member.id)}: ${problem.replace(/^\[0\]\.members\[0\]\.?/, '')}`)
-    }
-    this.builder.add(member)
-    this.lastId = member.id
-    this.lastPosition = row[6]
-    if (this.builder.atBlockEnd) this.blockEnded()
-  }
-
-  /** Adds blocks of a list whole, with their bounds. */
-  addBlocks (blocks: readonly Block[], bounds: readonly SortKey[]) {
-    this.builder.addBlocks(blocks)
-    for (const [position, id] of bounds) {
-      this.ends.ids.push(id)
-      this.ends.positions.push(position)
-    }
-  }
-
-  /** The list, and where its blocks end when it has more than one. */
-  finish (): { list: MemberList, ends?: BlockEnds } {
-    const pending = !this.builder.atBlockEnd
-    const { list } = this.builder.finish()
-    if (pending) this.blockEnded()
-    return list.blocks.length > 1 ? { list, ends: this.ends } : { list }
-  }
-
-  private blockEnded () {
-    this.ends.ids.push(this.lastId)
-    this.ends.positions.push(this.lastPosition)
-  }
-}
-
 /**
- * Notes the bounds of a list of several blocks (boundsOf), asking the database for the positions
- * the rows read did not have, in the transaction they were read in: a whole read leaves positions
- * out, a million of them for a thousand block ends.
+ * Organizations and their members, all or those of these ids, validated; an organization with a bad
+ * row (its own or a member's) is refused alone. Members are read in page order a batch at a time,
+ * and each organization's are compacted into its MemberList (member-list.ts) as soon as they are
+ * all read: a million members are never all rows or objects at once.
  */
-async function noteBounds (client: pg.ClientBase, organization: string, list: MemberList, { ids, positions }: BlockEnds) {
-  const missing = ids.filter((_, b) => positions[b] === undefined)
-  if (missing.length > 0) {
-    const { rows } = await client.query<{ id: string, position_text: string | null }>(
-      'SELECT id, position::text AS position_text FROM members WHERE organization_id = $1 AND id = ANY($2)', [organization, missing])
-    const found = new Map(rows.map((row) => [row.id, row.position_text]))
-    for (let b = 0; b < ids.length; b++) if (positions[b] === undefined) positions[b] = found.get(ids[b]!)
-  }
-  boundsOf.set(list, ids.map((id, b) => [positions[b] ?? null, id]))
-}
-
-/**
- * The members of these organizations (of all when `all`), by organization: read in page order
- * through a cursor, a batch at a time, each batch validated and compacted into its
- * organization's MemberList (member-list.ts) before the next is fetched, so that a million members
- * are never all rows or objects at once: the peak is the lists themselves and one batch. Blocks
- * equal to blocks of `shared` are shared with them. Runs inside read()'s transaction, which the
- * cursor lives in. Answers the lists and the rows read.
- */
-async function readMembers (client: pg.ClientBase, ids: readonly string[] | 'all', refusals: Refusals, shared?: ReadonlyMap<number, Block>) {
-  const lists = new Map<string, MemberList>()
-  const large: Array<[string, { list: MemberList, ends?: BlockEnds }]> = []
+async function readOrganizations (client: pg.ClientBase, ids: readonly string[] | 'all'): Promise<Change<'organizations'>> {
+  const refused: Refusals = new Map()
+  const names = new Map<string, string>()
   const query = ids === 'all'
+    ? { text: 'SELECT id, name FROM organizations ORDER BY position, id' }
+    : { text: 'SELECT id, name FROM organizations WHERE id = ANY($1) ORDER BY position, id', values: [ids] }
+  let rows = 0
+  for await (const batch of rowsOf(client, query)) {
+    for (const [id, name] of batch as Array<[string, string]>) {
+      const problem = recordProblem('organizations', { id, name, members: [] }, rows++)
+      if (problem === undefined) names.set(id, name)
+      else refused.set(id, rowMessage(problem, 'organizations', `id ${quoteValue(id)}`))
+    }
+  }
+  const lists = new Map<string, MemberList>()
+  const memberQuery = ids === 'all'
     ? { text: `SELECT ${MEMBER_COLUMNS} FROM members ${PAGE_ORDER}` }
     : { text: `SELECT ${MEMBER_COLUMNS} FROM members WHERE organization_id = ANY($1) ${PAGE_ORDER}`, values: [ids] }
-  // Undefined while the rows of an organization refused are passed over.
-  let builder: RowListBuilder | undefined
-  let listOf: string | undefined
-  let count = 0
+  let members: Member[] = []
+  let of: string | undefined
   const finish = () => {
-    if (builder === undefined) return
-    const finished = builder.finish()
-    lists.set(listOf!, finished.list)
-    if (finished.ends) large.push([listOf!, finished])
+    // Ids are unique within their organization by the primary key (organization_id, id).
+    if (of !== undefined && !refused.has(of)) lists.set(of, MemberList.of(members))
+    members = []
   }
-  for await (const rows of rowsOf(client, query)) {
-    count += rows.length
-    for (const row of rows) {
-      if (row[0] !== listOf) {
+  const slicer = createSlicer()
+  for await (const batch of rowsOf(client, memberQuery)) {
+    rows += batch.length
+    for (const row of batch) {
+      const organization = row[0]!
+      if (organization !== of) {
         finish()
-        listOf = row[0]!
-        builder = new RowListBuilder(shared)
+        of = organization
       }
-      try {
-        builder?.add(row)
-      } catch (error) {
-        if (!(error instanceof DataError)) throw error
-        // A bad member refuses its organization alone.
-        refusals.refuse(listOf!, error.message)
-        builder = undefined
-      }
+      if (refused.has(organization)) continue
+      const member = { id: row[1]!, email: row[2]!, first_name: row[3]!, last_name: row[4]!, role: row[5] as Member['role'] }
+      const problem = memberProblem(member, 0, 0)
+      if (problem === undefined) members.push(member)
+      else refused.set(organization, rowMessage(problem.replace(/^\[0\]\.members\[0\]\.?/, ''), 'members', `organization_id ${quoteValue(organization)}, id ${quoteValue(member.id)}`))
     }
+    if (slicer.overdue()) await slicer.pause()
   }
   finish()
-  for (const [organization, { list, ends }] of large) await noteBounds(client, organization, list, ends!)
-  return { lists, count }
+  const organizations: Organization[] = []
+  for (const [id, name] of names) {
+    if (!refused.has(id)) organizations.push({ id, name, members: lists.get(id) ?? EMPTY })
+  }
+  if (ids === 'all') return { kind: 'organizations', all: organizations, rowsRead: rows, refused }
+  return { kind: 'organizations', upsert: organizations, remove: ids.filter((id) => !names.has(id) && !refused.has(id)), rowsRead: rows, refused }
 }
 
-/** One organization's members read whole, and the rows read; undefined when a bad row refused it. */
-async function readWhole (client: pg.ClientBase, organization: string, refusals: Refusals, shared: ReadonlyMap<number, Block>) {
-  const { lists, count } = await readMembers(client, [organization], refusals, shared)
-  if (refusals.keys.has(organization)) return undefined
-  return { list: lists.get(organization) ?? MemberList.of([]), count }
-}
-
-/**
- * The queries, in page order, for the members of an organization after `lower` (excluded) and up to
- * `upper` (included): those with a position, then those without (which come last). Each is a range
- * of the index members_order; one query of both would make PostgreSQL filter the whole organization.
- */
-function rangeQueries (organization: string, lower: SortKey | undefined, upper: SortKey | undefined): pg.QueryArrayConfig[] {
-  const query = (conditions: string[], values: unknown[], order: string): pg.QueryArrayConfig =>
-    ({ text: `SELECT ${RANGE_COLUMNS} FROM members WHERE organization_id = $1 AND ${conditions.join(' AND ')} ORDER BY ${order}`, values: [organization, ...values], rowMode: 'array' })
-  const queries: pg.QueryArrayConfig[] = []
-  if (lower === undefined || lower[0] !== null) {
-    const conditions = ['position IS NOT NULL']
-    const values: unknown[] = []
-    if (lower !== undefined) conditions.push(`(position, id) > ($${values.push(lower[0]) + 1}::bigint, $${values.push(lower[1]) + 1})`)
-    if (upper !== undefined && upper[0] !== null) conditions.push(`(position, id) <= ($${values.push(upper[0]) + 1}::bigint, $${values.push(upper[1]) + 1})`)
-    queries.push(query(conditions, values, 'position, id'))
-  }
-  if (upper === undefined || upper[0] === null) {
-    const conditions = ['position IS NULL']
-    const values: unknown[] = []
-    if (lower !== undefined && lower[0] === null) conditions.push(`id > $${values.push(lower[1]) + 1}`)
-    if (upper !== undefined) conditions.push(`id <= $${values.push(upper[1]) + 1}`)
-    queries.push(query(conditions, values, 'id'))
-  }
-  return queries
-}
-
-/**
- * A large organization's list (one with boundsOf) after a change to the members of these sort keys
- * (before and after the change): the blocks they fall in are read again, each block's rows by its
- * bounds, and so is the next block while the rows read do not end at a block end (the member that
- * closed a block left or moved); every other block is kept. Since blocks are cut by content, the
- * list is the one a whole read would make. Answers the list and the rows read.
- */
-async function readAround (client: pg.ClientBase, organization: string, list: MemberList, changed: readonly SortKey[]) {
-  const bounds = boundsOf.get(list)!
-  // The block each sort key falls in: the first whose last member does not come before it, that is
-  // the number of bounds sorted before the key (past the last bound: the last block). One sort of
-  // keys and bounds together, in the database's collation, as the page order is.
-  const { rows: located } = await client.query<{ block: number }>(`SELECT DISTINCT block FROM (
-      SELECT side, count(*) FILTER (WHERE side = 1) OVER (ORDER BY position IS NULL, position, id, side ROWS UNBOUNDED PRECEDING) AS block
-      FROM (SELECT 0 AS side, position, id FROM unnest($1::bigint[], $2::text[]) AS key(position, id)
-        UNION ALL SELECT 1, position, id FROM unnest($3::bigint[], $4::text[]) AS bound(position, id)) AS sort_keys
-    ) AS counted WHERE side = 0`,
-  [changed.map((key) => key[0]), changed.map((key) => key[1]), bounds.map((key) => key[0]), bounds.map((key) => key[1])])
-  const last = bounds.length - 1
-  const affected = new Set(located.map(({ block }) => Math.min(Number(block), last)))
-  if (affected.size > bounds.length * BLOCKS_SHARE_MAX) return undefined
-  const builder = new RowListBuilder(await blockIndex([{ members: list }]))
-  let kept = 0
-  let count = 0
-  for (const first of [...affected].sort((a, b) => a - b)) {
-    if (first < kept) continue
-    builder.addBlocks(list.blocks.slice(kept, first), bounds.slice(kept, first))
-    let from = first
-    let to = first
-    while (affected.has(to + 1)) to++
-    for (;;) {
-      for (const query of rangeQueries(organization, bounds[from - 1], to === last ? undefined : bounds[to])) {
-        const { rows } = await client.query<string[]>(query)
-        count += rows.length
-        for (const row of rows) builder.add(row)
-      }
-      if (builder.atBlockEnd || to === last) break
-      from = to = to + 1
-    }
-    kept = to + 1
-  }
-  builder.addBlocks(list.blocks.slice(kept), bounds.slice(kept))
-  const { list: next, ends } = builder.finish()
-  if (ends) await noteBounds(client, organization, next, ends)
-  return { list: next, count }
-}
+const EMPTY = MemberList.of([])
 
 /** A key name or an organization id as a notice names it: text PostgreSQL can hold (no NUL), bounded. */
 const NoticeName = Type.String({ maxLength: 1024, pattern: '^[^\\u0000]*$' })
@@ -555,27 +317,14 @@ const checkNotice = TypeCompiler.Compile(Type.Union([
   Type.Object({
     table: Type.Literal('members'),
     organization_ids: Type.Optional(NoticeNames),
-    // Organization, position (a bigint, as text) and id of each member named.
+    // What the triggers of schema version 3 sent besides (organization, position, id of each member
+    // named): still a notice of ours, though no replica reads it since version 4.
     members: Type.Optional(Type.Union([Type.Array(Type.Tuple([NoticeName, Type.Union([Type.String({ pattern: '^-?[0-9]{1,19}$' }), Type.Null()]), NoticeName]), { maxItems: 1000 }), Type.Null()]))
   }),
-  Type.Object({ table: Type.Union([Type.Literal(KINDS.providers.table), Type.Literal(KINDS.endpoints.table)]) })
+  ...LIST_KINDS.map((kind) => Type.Object({ table: Type.Literal(KINDS[kind].table) }))
 ]))
 
 const KIND_OF_TABLE = new Map<string, RecordKind>(RECORD_KINDS.map((kind) => [KINDS[kind].table, kind]))
-
-/** A read asked of the source, waiting for the transaction of its turn. */
-interface Job {
-  kind: RecordKind
-  keys: readonly string[] | 'all'
-  current: Snapshot | undefined
-  /** Organizations: what the notices said of their members, taken when the read was asked for. */
-  memberChanges?: ReadonlyMap<string, MemberChange>
-  resolve(change: PartChange): void
-  reject(error: unknown): void
-}
-
-/** Small and often changed first: keys, then the lists, then organizations and their members. */
-const READ_ORDER: RecordKind[] = ['keys', 'providers', 'endpoints', 'organizations']
 
 /**
  * The directory in a PostgreSQL database (the schema of postgres-schema.ts). Every replica LISTENs:
@@ -612,7 +361,6 @@ export function createPostgresSource ({ url, connectTimeoutMs, onRetry }: { url:
   let earlyOverflow = false
   let listening: SocketClient | undefined
   let connecting: Promise<void> | undefined
-  let batch: Job[] | undefined
   let closed = false
 
   /** Tells the lifecycle, or keeps it for when it follows: nothing noticed between LISTEN and serving is lost. */
@@ -656,48 +404,6 @@ export function createPostgresSource ({ url, connectTimeoutMs, onRetry }: { url:
     timer.unref()
   }
 
-  /**
-   * What the notices said of each organization's members since it was last read (MemberChange). An
-   * organization not here is read whole. Taken by the read of the organization; an `all` read drops them all.
-   */
-  const memberChanges = new Map<string, MemberChange>()
-
-  /**
-   * Takes what the notices said of these organizations' members (all: drops it all). Taken before
-   * the read's transaction takes its snapshot: PostgreSQL delivers a notice once its transaction is
-   * visible, so the snapshot holds every change taken, and a notice that comes later waits for the next read.
-   */
-  function takeMemberChanges (ids: readonly string[] | 'all'): Map<string, MemberChange> {
-    const taken = new Map<string, MemberChange>()
-    if (ids === 'all') memberChanges.clear()
-    for (const id of ids === 'all' ? [] : ids) {
-      const change = memberChanges.get(id)
-      if (change === undefined) continue
-      taken.set(id, change)
-      memberChanges.delete(id)
-    }
-    return taken
-  }
-
-  function noteMembers (ids: readonly string[], named: ReadonlyArray<readonly [string, string | null, string]> | undefined) {
-    const byOrganization = new Map<string, SortKey[]>()
-    const valid = named !== undefined
-    if (valid) {
-      for (const [organization, position, id] of named) {
-        const keys = byOrganization.get(organization) ?? []
-        keys.push([position, id])
-        byOrganization.set(organization, keys)
-      }
-    }
-    for (const id of ids) {
-      const before = memberChanges.get(id)
-      const keys = byOrganization.get(id)
-      const after = Array.isArray(before) ? [...before, ...keys ?? []] : keys
-      if (!valid || after === undefined || before === 'whole' || after.length > MEMBER_KEYS_MAX) memberChanges.set(id, 'whole')
-      else memberChanges.set(id, after)
-    }
-  }
-
   function noteChange (payload: string | undefined) {
     let notice: unknown
     try {
@@ -713,15 +419,11 @@ export function createPostgresSource ({ url, connectTimeoutMs, onRetry }: { url:
     const kind = KIND_OF_TABLE.get(notice.table)
     if (notice.table === 'members') {
       const ids = notice.organization_ids ?? undefined
-      if (ids !== undefined) noteMembers(ids, notice.members ?? undefined)
       tell((events) => events.changed('organizations', ids))
-    } else if (kind === 'organizations' && 'ids' in notice) {
-      const ids = notice.ids ?? undefined
-      for (const id of ids ?? []) if (!memberChanges.has(id)) memberChanges.set(id, 'row')
-      tell((events) => events.changed(kind, ids))
-    } else if (kind === 'keys' && 'names' in notice) {
-      const names = notice.names ?? undefined
-      tell((events) => events.changed(kind, names))
+    } else if ('ids' in notice) {
+      tell((events) => events.changed('organizations', notice.ids ?? undefined))
+    } else if ('names' in notice) {
+      tell((events) => events.changed('keys', notice.names ?? undefined))
     } else if (kind !== undefined) tell((events) => events.changed(kind))
   }
 
@@ -781,145 +483,31 @@ export function createPostgresSource ({ url, connectTimeoutMs, onRetry }: { url:
     }
   }
 
-  /**
-   * Organizations and their members, and the rows read. `changes`: what the notices said of their
-   * members (an organization not in it is read whole).
-   */
-  async function readOrganizations (client: pg.ClientBase, ids: readonly string[] | 'all', current: Snapshot | undefined, changes: ReadonlyMap<string, MemberChange>) {
-    const before = current?.parts.organizations.byKey
-    const refusals = new Refusals(before === undefined)
-    const list = await readOrganizationList(client, ids, refusals)
-    // Those whose members need not be read whole: their row alone changed, or a few members of a large one.
-    const partly = new Map<string, SortKey[] | 'row'>()
-    for (const [id, change] of changes) {
-      const members = before?.get(id)?.members
-      if (members === undefined || change === 'whole') continue
-      if (change === 'row' || (boundsOf.has(members) && change.length <= MEMBER_KEYS_MAX)) partly.set(id, change)
-    }
-    const whole = ids === 'all' ? 'all' : ids.filter((id) => !partly.has(id))
-    // The blocks of the organizations read again, for their new lists to share.
-    const previous = before === undefined ? undefined : await blockIndex(whole === 'all' ? before.values() : whole.map((id) => before.get(id)))
-    const { lists, count } = list.length > 0 && whole.length > 0 ? await readMembers(client, whole, refusals, previous) : { lists: new Map<string, MemberList>(), count: 0 }
-    let rows = list.length + count
-    const organizations: Organization[] = []
-    const slicer = createSlicer()
-    for (const { id, name } of list) {
-      if (refusals.keys.has(id)) continue
-      const change = partly.get(id)
-      const old = before?.get(id)?.members
-      let members = lists.get(id) ?? MemberList.of([])
-      if (change === 'row') members = old!
-      else if (change !== undefined) {
-        try {
-          // Too many blocks to read again: the organization whole.
-          const around = await readAround(client, id, old!, change) ?? await readWhole(client, id, refusals, await blockIndex([before!.get(id)]))
-          if (around === undefined) continue
-          members = around.list
-          rows += around.count
-        } catch (error) {
-          if (!(error instanceof DataError)) throw error
-          refusals.refuse(id, error.message)
-          continue
-        }
-      }
-      // The same members in the same order: the snapshot keeps the list it has (snapshot.ts), whose
-      // blocks may now end at other positions (renumbered in place). It takes the bounds just read.
-      if (old !== undefined && old !== members && old.version === members.version) {
-        const bounds = boundsOf.get(members)
-        if (bounds === undefined) boundsOf.delete(old)
-        else boundsOf.set(old, bounds)
-      }
-      // Ids are unique by the primary key: no check of our own, which would be one more pass over them all.
-      organizations.push({ id, name, members })
-      if (slicer.due()) await slicer.pause()
-    }
-    // A whole read keeps the version served of each organization refused; a read of ids leaves them out of its change.
-    if (ids === 'all') for (const id of refusals.keys) { const last = before?.get(id); if (last !== undefined) organizations.push(last) }
-    return { organizations, rows, refusals }
-  }
-
-  async function readKind (client: pg.ClientBase, job: Job): Promise<PartChange> {
-    const { kind, keys, current } = job
-    if (current === undefined) await checkSchema(client)
-    switch (kind) {
-      case 'providers': {
-        const all = await readProviders(client)
-        return { kind, all, rowsRead: all.length }
-      }
-      case 'endpoints': {
-        const all = await readEndpoints(client)
-        return { kind, all, rowsRead: all.length }
-      }
-      case 'keys': {
-        return await readKeys(client, keys, current)
-      }
-      case 'organizations': {
-        const { organizations, rows, refusals } = await readOrganizations(client, keys, current, job.memberChanges ?? new Map())
-        if (keys === 'all') return { kind, all: organizations, rowsRead: rows, refused: refusals.problems }
-        const present = new Set(organizations.map((organization) => organization.id))
-        return { kind, upsert: organizations, remove: keys.filter((id) => !present.has(id) && !refusals.keys.has(id)), rowsRead: rows, refused: refusals.problems }
-      }
-    }
-  }
-
-  /**
-   * The kinds asked for in the same turn (the notices of one transaction, the first load) are read
-   * in one transaction, so that they agree with each other (a key and the organization it moved
-   * to); the cheap ones first, each handed over as soon as it is read, so that a revocation read
-   * with a large reload does not wait for it.
-   */
-  async function readBatch (jobs: Job[]) {
-    // Named records first (a revocation), then whole kinds, each in READ_ORDER.
-    jobs.sort((a, b) => Number(a.keys === 'all') - Number(b.keys === 'all') || READ_ORDER.indexOf(a.kind) - READ_ORDER.indexOf(b.kind))
-    try {
-      await inTransaction(async (client) => {
-        for (const job of jobs) {
-          try {
-            job.resolve(await readKind(client, job))
-          } catch (error) {
-            // Bad data refuses its kind alone; anything else fails the transaction, and the rest.
-            if (!(error instanceof DataError)) throw error
-            job.reject(error)
-          }
-        }
-      })
-    } catch (error) {
-      for (const job of jobs) job.reject(error)
-    }
+  /** One request of a read, in the read's transaction. */
+  async function readKind (client: pg.ClientBase, { kind, keys }: ReadRequest): Promise<Change> {
+    if (KINDS[kind].held === 'list') return await readList(client, kind)
+    if (kind === 'keys') return await readKeys(client, keys)
+    return await readOrganizations(client, keys)
   }
 
   return {
     name: 'postgres',
     location,
-    async read (kind, keys, current) {
+    async read (requests) {
       // Listening first: a change committed while a kind is read is notified, and read again.
       if (listening === undefined && events === undefined) await (connecting ??= listen(connectTimeoutMs))
-      return await new Promise((resolve, reject) => {
-        if (batch === undefined) {
-          batch = []
-          setImmediate(() => {
-            const jobs = batch!
-            batch = undefined
-            void readBatch(jobs)
-          })
+      // One transaction: the kinds read agree with each other (a key and the organization it moved to).
+      return await inTransaction(async (client) => {
+        await checkSchema(client)
+        const changes: Array<Change | DataError> = []
+        for (const request of requests) {
+          // Bad data refuses its kind alone; anything else fails the transaction, and the read.
+          changes.push(await readKind(client, request).catch((error: unknown) => {
+            if (error instanceof DataError) return error
+            throw error
+          }))
         }
-        if (kind !== 'organizations') {
-          batch.push({ kind, keys, current, resolve: resolve as Job['resolve'], reject })
-          return
-        }
-        const taken = takeMemberChanges(keys)
-        batch.push({
-          kind,
-          keys,
-          current,
-          memberChanges: taken,
-          resolve: resolve as Job['resolve'],
-          reject (error) {
-            // Not installed: what the notices said of their members is gone, so they are read whole next time.
-            for (const id of taken.keys()) memberChanges.set(id, 'whole')
-            reject(error)
-          }
-        })
+        return changes
       })
     },
     watch (handlers) {

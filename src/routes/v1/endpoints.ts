@@ -16,7 +16,7 @@ const endpointRoutes: FastifyPluginAsyncTypebox<{ send: Senders }> = async (app,
       }
     }
   }, (request, reply) => {
-    send.sendList(request, reply, request.snapshot.zdrEndpoints())
+    send.sendList(request, reply, request.snapshot.list('endpoints'))
   })
 }
 

@@ -16,7 +16,7 @@ const providerRoutes: FastifyPluginAsyncTypebox<{ send: Senders }> = async (app,
       }
     }
   }, (request, reply) => {
-    send.sendList(request, reply, request.snapshot.providers())
+    send.sendList(request, reply, request.snapshot.list('providers'))
   })
 }
 

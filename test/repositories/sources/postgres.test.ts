@@ -2,14 +2,13 @@ import pg from 'pg'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../../../src/config.js'
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
-import { closesBlock, hashId } from '../../../src/repositories/member-list.js'
 import type { DirectoryData } from '../../../src/repositories/records.js'
 import { readAll } from '../../../src/repositories/source.js'
 import { loadFixtures } from '../../../src/repositories/sources/files.js'
 import { createPostgresSource, locationOf } from '../../../src/repositories/sources/postgres.js'
 import { migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
-import { bearer, build, KEYS, makeData, recordsOf, sha256, watchLifecycle } from '../../helper.js'
+import { bearer, build, KEYS, makeData, makeProvider, recordsOf, sha256, watchLifecycle } from '../../helper.js'
 import { latencyProxy, startPostgres, type PostgresServer } from '../../postgres.js'
 
 let server: PostgresServer
@@ -29,6 +28,10 @@ afterEach(async () => {
   await Promise.all(lifecycles.splice(0).map((lifecycle) => lifecycle.close()))
   await admin.end()
 })
+
+/** Changes fields of a provider with one statement, as an operator would. */
+const setProvider = (slug: string, fields: object) =>
+  admin.query('UPDATE providers SET document = (document::jsonb || $1::jsonb)::json WHERE slug = $2', [JSON.stringify(fields), slug])
 
 async function importData (data: DirectoryData) {
   await replaceDirectory(admin, data)
@@ -103,7 +106,7 @@ describe('loading from PostgreSQL', () => {
 
   it('refuses to start on a row the schemas refuse, naming table, row and field', async () => {
     await importData(makeData())
-    await admin.query("UPDATE providers SET headquarters = 'ZZ' WHERE slug = 'provider-3'")
+    await setProvider('provider-3', { headquarters: 'ZZ' })
     const lifecycle = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
     lifecycles.push(lifecycle)
     await expect(lifecycle.load()).rejects.toThrow('table providers, row slug "provider-3": headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code')
@@ -112,43 +115,66 @@ describe('loading from PostgreSQL', () => {
   it('refuses to start on a database without the schema', async () => {
     const empty = createLifecycle(createPostgresSource({ url: await server.createDatabase(), connectTimeoutMs: 0 }))
     lifecycles.push(empty)
-    await expect(empty.load()).rejects.toThrow('the database schema is at version none, this build needs 3: run npm run db -- migrate')
+    await expect(empty.load()).rejects.toThrow('the database schema is at version none, this build needs 4: run npm run db -- migrate')
   })
 })
 
-describe('constraints refuse bad rows at write time', () => {
+describe('a database at schema version 3, migrated in place', () => {
+  it('keeps every record, in order, each field absent or null as it was, and serves it to a replica of this build', async () => {
+    const legacy = await server.createDatabase()
+    const client = new pg.Client({ connectionString: legacy })
+    await client.connect()
+    try {
+      expect(await migrate(client, 3)).toEqual([1, 2, 3])
+      const data = makeData({ providers: [makeProvider(1), makeProvider(2, { headquarters: null, datacenters: null, status_page_url: 'https://status.example' }), makeProvider(3)] })
+      // Written as the import of schema version 3 wrote them: a column per field, omitted_fields for a field left out.
+      const optional = ['terms_of_service_url', 'status_page_url', 'headquarters', 'datacenters']
+      await client.query(`INSERT INTO providers SELECT * FROM json_populate_recordset(NULL::providers, $1)`,
+        [JSON.stringify(data.providers.map((provider, position) => ({ ...provider, position, omitted_fields: optional.filter((field) => !(field in provider)) })))])
+      await client.query(`INSERT INTO endpoints (position, model_id, model_name, name, provider_name, tag, context_length, max_prompt_tokens, max_completion_tokens,
+          pricing, quantization, status, supported_parameters, supports_implicit_caching, supports_tool_choice, latency_last_30m, throughput_last_30m,
+          uptime_last_5m, uptime_last_30m, uptime_last_1d)
+        SELECT position, model_id, model_name, name, provider_name, tag, context_length, max_prompt_tokens, max_completion_tokens,
+          pricing, quantization, status, supported_parameters, supports_implicit_caching, supports_tool_choice, latency_last_30m, throughput_last_30m,
+          uptime_last_5m, uptime_last_30m, uptime_last_1d FROM json_populate_recordset(NULL::endpoints, $1)`,
+      [JSON.stringify(data.endpoints.map((endpoint, position) => ({ ...endpoint, position: 1 - position })))])
+      await client.query("INSERT INTO organizations (id, position, name) VALUES ('org_alpha', 0, 'Alpha'), ('org_beta', 1, 'Beta')")
+      for (const { id, members } of data.organizations) {
+        await client.query(`INSERT INTO members (organization_id, id, position, email, first_name, last_name, role)
+          SELECT $1, id, position - 1, email, first_name, last_name, role FROM json_populate_recordset(NULL::members, $2) WITH ORDINALITY AS m (organization_id, id, _, email, first_name, last_name, role, position)`,
+        [id, JSON.stringify(members.slice())])
+      }
+      await client.query('INSERT INTO keys SELECT * FROM json_populate_recordset(NULL::keys, $1)', [JSON.stringify(data.keys)])
+
+      expect(await migrate(client)).toEqual([4])
+      const source = createPostgresSource({ url: legacy, connectTimeoutMs: 0 })
+      const read = await readAll(source).finally(() => source.close())
+      const byName = (keys: DirectoryData['keys']) => [...keys].sort((a, b) => a.name < b.name ? -1 : 1)
+      expect({ ...read, keys: byName(read.keys) }).toStrictEqual({ ...data, endpoints: [...data.endpoints].reverse(), keys: byName(data.keys) })
+      // And the operator's one statement still reaches the replicas.
+      const lifecycle = createLifecycle(createPostgresSource({ url: legacy, connectTimeoutMs: 0 }))
+      lifecycles.push(lifecycle)
+      await lifecycle.load()
+      const { until } = watchLifecycle(lifecycle)
+      await client.query('UPDATE providers SET document = $1 WHERE slug = $2', [JSON.stringify(makeProvider(2, { name: 'Renamed' })), 'provider-2'])
+      expect((await until((served) => served.providers[1]?.name === 'Renamed')).providers[1]).toStrictEqual(makeProvider(2, { name: 'Renamed' }))
+    } finally {
+      await client.end()
+    }
+  })
+})
+
+// Keys, names and references are the database's to keep; what a record holds is its schema's to
+// say, checked by every replica (no CHECK restates it).
+describe('constraints refuse rows that break a key or a reference at write time', () => {
   beforeEach(() => importData(makeData()))
   const sha = 'a'.repeat(64)
-  const endpoint = (overrides: Record<string, string>) => {
-    const values: Record<string, string> = {
-      model_id: "'v/m'", model_name: "'M'", name: "'N'", provider_name: "'P'", tag: "'t'", context_length: '1',
-      pricing: `'{"prompt":"0","completion":"0","image":"0","request":"0"}'`, status: '0', supported_parameters: "'{tools}'",
-      supports_implicit_caching: 'true', supports_tool_choice: `'{"auto":true,"function":true,"none":true,"required":false}'`,
-      ...overrides
-    }
-    return `INSERT INTO endpoints (${Object.keys(values).join(', ')}) VALUES (${Object.values(values).join(', ')})`
-  }
   it.each([
-    ['a key hash that is not lowercase hex', `INSERT INTO keys VALUES ('k', '${'A'.repeat(64)}', 'standard', 'o')`, 'keys_sha256_check'],
-    ['a key kind that does not exist', `INSERT INTO keys VALUES ('k', '${sha}', 'admin', 'o')`, 'keys_kind_check'],
     ['a key name taken', `INSERT INTO keys VALUES ('alpha-standard', '${sha}', 'standard', 'o')`, 'keys_pkey'],
-    ['a member role that does not exist', "INSERT INTO members (organization_id, id, email, role) VALUES ('org_alpha', 'u', 'u@x.example', 'admin')", 'members_role_check'],
+    ['a key hash taken', `INSERT INTO keys SELECT 'k', sha256, 'standard', 'o' FROM keys WHERE name = 'alpha-standard'`, 'keys_sha256_key'],
     ['a member id taken in its organization', "INSERT INTO members (organization_id, id, email, role) VALUES ('org_alpha', 'user_alpha_1', 'u@x.example', 'org:member')", 'members_pkey'],
     ['a member of no organization', "INSERT INTO members (organization_id, id, email, role) VALUES ('org_none', 'u', 'u@x.example', 'org:member')", 'members_organization_id_fkey'],
-    ['an e-mail address without a domain', "UPDATE members SET email = 'nobody' WHERE id = 'user_beta_1'", 'members_email_check'],
-    ['a lowercase country code', "UPDATE providers SET headquarters = 'us' WHERE slug = 'provider-1'", 'providers_headquarters_check'],
-    ['a datacenter that is no code', "UPDATE providers SET datacenters = '{US,Germany}' WHERE slug = 'provider-1'", 'providers_datacenters_check'],
-    ['a URL that is not http(s)', "UPDATE providers SET privacy_policy_url = 'ftp://x.example/p' WHERE slug = 'provider-1'", 'providers_privacy_policy_url_check'],
-    ['a slug with capitals', "UPDATE providers SET slug = 'Provider' WHERE slug = 'provider-1'", 'providers_slug_check'],
-    ['a field omitted that holds a value', "UPDATE providers SET omitted_fields = '{headquarters}' WHERE slug = 'provider-1'", 'providers_omitted_fields_are_null'],
-    ['a negative context length', endpoint({ context_length: '-1' }), 'endpoints_context_length_check'],
-    ['a price that is a number', endpoint({ pricing: `'{"prompt":0.1,"completion":"0","image":"0","request":"0"}'` }), 'endpoints_pricing_check'],
-    ['a price missing', endpoint({ pricing: `'{"prompt":"0","completion":"0","image":"0"}'` }), 'endpoints_pricing_check'],
-    ['a tool choice that is not a boolean', endpoint({ supports_tool_choice: `'{"auto":1,"function":true,"none":true,"required":false}'` }), 'endpoints_supports_tool_choice_check'],
-    ['an uptime above 100', endpoint({ uptime_last_5m: '101' }), 'endpoints_uptime_last_5m_check'],
-    ['a latency that is not four numbers', endpoint({ latency_last_30m: `'{"p50":1,"p75":2,"p90":3}'` }), 'endpoints_latency_last_30m_check'],
-    ['an empty parameter name', endpoint({ supported_parameters: "'{tools,\"\"}'" }), 'endpoints_supported_parameters_check'],
-    ['a model id without a vendor', endpoint({ model_id: "'gpt'" }), 'endpoints_model_id_check']
+    ['a provider slug taken', `INSERT INTO providers (document) SELECT document FROM providers WHERE slug = 'provider-1'`, 'providers_slug_key']
   ])('refuses %s', async (_case, sql, constraint) => {
     await expect(admin.query(sql)).rejects.toMatchObject({ constraint })
   })
@@ -161,7 +187,7 @@ describe('following changes', () => {
   it('applies a change made with plain SQL, reading only the part that changed', async () => {
     const { app, lifecycle, until } = await follow()
     const before = lifecycle.current()
-    await admin.query("UPDATE providers SET name = 'Renamed' WHERE slug = 'provider-2'")
+    await setProvider('provider-2', { name: 'Renamed' })
     await until((data) => data.providers[1]?.name === 'Renamed')
     const after = lifecycle.current()
     expect(after.parts.endpoints).toBe(before.parts.endpoints)
@@ -233,13 +259,13 @@ describe('following changes', () => {
   it('keeps serving the last good records of a part when a row breaks a rule SQL cannot say, names the row, and takes the fix', async () => {
     const { app, refusal, until } = await follow()
     const before = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
-    await admin.query("UPDATE providers SET headquarters = 'ZZ' WHERE slug = 'provider-2'")
+    await setProvider('provider-2', { headquarters: 'ZZ' })
     expect(await refusal()).toEqual({ part: 'providers', problem: 'table providers, row slug "provider-2": headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code' })
     const during = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
     expect(during.body).toBe(before.body)
     expect(during.headers.etag).toBe(before.headers.etag)
 
-    await admin.query("UPDATE providers SET headquarters = 'DE' WHERE slug = 'provider-2'")
+    await setProvider('provider-2', { headquarters: 'DE' })
     await until((data) => data.providers[1]?.headquarters === 'DE')
     const after = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
     expect(after.headers.etag).not.toBe(before.headers.etag)
@@ -247,11 +273,11 @@ describe('following changes', () => {
 
   it('revokes a key deleted in the same transaction as a change to a part whose last change was refused', async () => {
     const { app, refusal, until } = await follow()
-    await admin.query("UPDATE providers SET headquarters = 'ZZ' WHERE slug = 'provider-2'")
+    await setProvider('provider-2', { headquarters: 'ZZ' })
     expect((await refusal()).part).toBe('providers')
     // The bad row is still there: the providers part is refused again, the key goes anyway.
     await admin.query('BEGIN')
-    await admin.query("UPDATE providers SET name = 'Renamed' WHERE slug = 'provider-1'")
+    await setProvider('provider-1', { name: 'Renamed' })
     await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
     await admin.query('COMMIT')
     await until((data) => data.keys.length === 3)
@@ -259,14 +285,14 @@ describe('following changes', () => {
     expect((await refusal()).part).toBe('providers')
     expect(names(await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaManagement) }))).toEqual(['Provider 1', 'Provider 2', 'Provider 3'])
     // Fixing the bad row brings the whole part back, the rename with it.
-    await admin.query("UPDATE providers SET headquarters = 'DE' WHERE slug = 'provider-2'")
+    await setProvider('provider-2', { headquarters: 'DE' })
     await until((data) => data.providers[0]?.name === 'Renamed' && data.providers[1]?.headquarters === 'DE')
   })
 
   it('names the member row a bad change is in', async () => {
     const { refusal } = await follow()
     // A database whose operator dropped a constraint: the replicas still check.
-    await admin.query('ALTER TABLE members DROP CONSTRAINT members_email_check')
+    await admin.query('ALTER TABLE members DROP CONSTRAINT IF EXISTS members_email_check')
     await admin.query("UPDATE members SET email = 'a@b.c d' WHERE organization_id = 'org_beta' AND id = 'user_beta_1'")
     expect(await refusal()).toEqual({ part: 'organizations', problem: 'table members, row organization_id "org_beta", id "user_beta_1": email: "a@b.c d" is not an e-mail address' })
   })
@@ -278,7 +304,7 @@ describe('following changes', () => {
     ['keys_kind_check', "UPDATE keys SET kind = sha256 WHERE name = 'alpha-standard'", 'kind: the value is not one of "standard", "management"']
   ])('names the key row a bad change is in, never its hash (%s dropped)', async (constraint, sql, problem) => {
     const { app, refusal } = await follow()
-    await admin.query(`ALTER TABLE keys DROP CONSTRAINT ${constraint}`)
+    await admin.query(`ALTER TABLE keys DROP CONSTRAINT IF EXISTS ${constraint}`)
     await admin.query(sql)
     expect(await refusal()).toEqual({ part: 'keys', problem: `table keys, row name "alpha-standard": ${problem}` })
     // The key keeps its last good record.
@@ -287,13 +313,13 @@ describe('following changes', () => {
 
   it('installs the other parts of a whole read stopped by a bad key row, and takes the fix', async () => {
     const { app, refusal, until } = await follow()
-    await admin.query('ALTER TABLE keys DROP CONSTRAINT keys_kind_check')
+    await admin.query('ALTER TABLE keys DROP CONSTRAINT IF EXISTS keys_kind_check')
     // Too many names for a notice: keys are read whole, and the read stops at the bad row with most
     // of the table still to come, on the connection the providers are read on next.
     await admin.query('BEGIN')
     await admin.query(`INSERT INTO keys VALUES ('bad', '${sha256('bad-key')}', 'admin', 'org_alpha')`)
     await admin.query(`INSERT INTO keys SELECT 'many-' || i, encode(sha256(('many-' || i)::bytea), 'hex'), 'standard', 'org_alpha' FROM generate_series(1, 50000) AS i`)
-    await admin.query("UPDATE providers SET name = 'Renamed' WHERE slug = 'provider-1'")
+    await setProvider('provider-1', { name: 'Renamed' })
     await admin.query('COMMIT')
     expect(await refusal()).toEqual({ part: 'keys', problem: 'table keys, row name "bad": kind: "admin" is not one of "standard", "management"' })
     await until((data) => data.providers[0]?.name === 'Renamed')
@@ -301,49 +327,6 @@ describe('following changes', () => {
     await admin.query("DELETE FROM keys WHERE name = 'bad'")
     await until((data) => data.keys.length === 50_004)
   })
-
-  it('reads again only the blocks around the members changed in a large organization, and makes the list a whole read makes', async () => {
-    const size = 20_000
-    await admin.query("INSERT INTO organizations (id, name) VALUES ('org_big', 'Big')")
-    await admin.query(`INSERT INTO members (organization_id, id, position, email, role)
-      SELECT 'org_big', 'user_' || i, i * 10, 'user' || i || '@big.example', 'org:member' FROM generate_series(1, ${size}) AS i`)
-    await admin.query(`INSERT INTO keys VALUES ('big', '${sha256('big-key')}', 'management', 'org_big')`)
-    const { app, until, rowsRead } = await follow()
-    const big = (data: DirectoryData) => data.organizations.find((organization) => organization.id === 'org_big')!
-    // A member whose id closes a block (member-list.ts), in the middle of the list.
-    const closing = Array.from({ length: size }, (_, i) => `user_${i + 1}`).find((id, i) => i > size / 2 && closesBlock(hashId(id)))!
-    const changes = [
-      "INSERT INTO members (organization_id, id, position, email, role) VALUES ('org_big', 'new_middle', 100005, 'm@big.example', 'org:admin')",
-      `DELETE FROM members WHERE organization_id = 'org_big' AND id = '${closing}'`,
-      "UPDATE members SET position = 150005 WHERE organization_id = 'org_big' AND id = 'user_3'",
-      "UPDATE members SET email = 'changed@big.example' WHERE organization_id = 'org_big' AND id = 'user_7000'",
-      "INSERT INTO members (organization_id, id, email, role) VALUES ('org_big', 'no_position_b', 'b@big.example', 'org:member'), ('org_big', 'no_position_a', 'a@big.example', 'org:member')",
-      "DELETE FROM members WHERE organization_id = 'org_big' AND id = 'no_position_a'",
-      "INSERT INTO members (organization_id, id, position, email, role) VALUES ('org_big', 'new_first', -1, 'f@big.example', 'org:member')",
-      "UPDATE members SET position = 5 WHERE organization_id = 'org_big' AND id IN ('user_19999', 'user_10001', 'user_500')",
-      `DELETE FROM members WHERE organization_id = 'org_big' AND id = 'user_${size}'`
-    ]
-    for (const sql of changes) {
-      const installs = rowsRead.length
-      await admin.query(sql)
-      const expected = big(await readDatabase()).members
-      await until((data) => big(data).members.version === expected.version)
-      // The list is the one a whole read makes, block for block; a few blocks of it were read.
-      expect(rowsRead.slice(installs).map((rows) => rows.organizations)).toEqual([expect.any(Number)])
-      // Blocks of about 256 members: a change reads one or two of them, three for the three members moved.
-      expect(rowsRead.at(-1)!.organizations, sql).toBeLessThan(size / 10)
-      const res = await app.inject({ url: '/v1/organization/members?offset=9990&limit=20', headers: bearer('big-key') })
-      expect(res.json()).toEqual({ data: expected.slice(9990, 10010), total_count: expected.length })
-    }
-    // A rename reads the organization's row alone; more members than a notice names, all of them.
-    await admin.query("UPDATE organizations SET name = 'Bigger' WHERE id = 'org_big'")
-    await until((data) => big(data).name === 'Bigger')
-    expect(rowsRead.at(-1)!.organizations).toBe(1)
-    await admin.query("UPDATE members SET first_name = 'Many' WHERE organization_id = 'org_big' AND position < 2000")
-    const expected = big(await readDatabase()).members
-    await until((data) => big(data).members.version === expected.version)
-    expect(rowsRead.at(-1)!.organizations).toBe(1 + expected.length)
-  }, 60_000)
 
   describe('a large organization whose members change a few at a time', () => {
     const size = 5_000
@@ -353,8 +336,8 @@ describe('following changes', () => {
         SELECT 'org_big', 'user_' || i, i * 10, 'user' || i || '@big.example', 'org:member' FROM generate_series(1, ${size}) AS i`)
     })
     const big = (data: DirectoryData) => data.organizations.find((organization) => organization.id === 'org_big')!
-    /** Members whose ids close a block (member-list.ts). */
-    const closing = () => Array.from({ length: size }, (_, i) => `user_${i + 1}`).filter((id) => closesBlock(hashId(id)))
+    /** Members spread over the list. */
+    const closing = () => Array.from({ length: size }, (_, i) => `user_${i + 1}`).filter((_, i) => i % 256 === 255)
     /** Until the replica serves org_big as a whole read of the database gives it. */
     const caughtUp = async (until: Awaited<ReturnType<typeof follow>>['until']) => {
       const expected = big(await readDatabase()).members
@@ -575,7 +558,7 @@ describe('notices and reads that another role or the network spoils', () => {
       warn () {}
     })
     // A bad member row the schema refuses and SQL lets pass (U+00A0 in an e-mail).
-    await admin.query('ALTER TABLE members DROP CONSTRAINT members_email_check')
+    await admin.query('ALTER TABLE members DROP CONSTRAINT IF EXISTS members_email_check')
     await admin.query("UPDATE members SET email = 'a\u00a0b@x.example' WHERE organization_id = 'org_7' AND id = 'user_1'")
     await expect.poll(() => refusals.length).toBeGreaterThan(0)
     // Every organization read again, then one created, and a key moved into it.
@@ -589,20 +572,6 @@ describe('notices and reads that another role or the network spoils', () => {
     await expect.poll(() => lifecycle.current().parts.organizations.byKey.get('org_8')!.members.slice(0, 1)[0]!.first_name, { timeout: 20_000 }).toBe('Renamed')
     expect(lifecycle.current().parts.organizations.byKey.get('org_7')!.members.slice(0, 1)[0]!.first_name).toBeNull()
     expect(refusals[0]).toBe('table members, row organization_id "org_7", id "user_1": email: "a\u00a0b@x.example" is not an e-mail address')
-  }, 60_000)
-
-  it('reads a large organization whole when more of its members changed than a partial read is worth', async () => {
-    const size = 50_000
-    await admin.query("INSERT INTO organizations (id, name) VALUES ('org_big', 'Big')")
-    await admin.query(`INSERT INTO members (organization_id, id, position, email, role)
-      SELECT 'org_big', 'user_' || i, i * 10, 'user' || i || '@big.example', 'org:member' FROM generate_series(1, ${size}) AS i`)
-    const { until, rowsRead } = await follow()
-    // Notices that name members, 300 of them spread over the list, in one transaction: read together.
-    await admin.query('BEGIN')
-    for (let i = 0; i < 300; i++) await admin.query(`UPDATE members SET email = 'changed@big.example' WHERE organization_id = 'org_big' AND id = 'user_${1 + i * 160}'`)
-    await admin.query('COMMIT')
-    await until((data) => data.organizations.find((organization) => organization.id === 'org_big')!.members.slice(0, 1)[0]!.email === 'changed@big.example')
-    expect(rowsRead.at(-1)!.organizations).toBe(1 + size)
   }, 60_000)
 })
 
