@@ -5,7 +5,7 @@ import { TestRunner, onTestFinished } from 'vitest'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, type LogOptions } from '../src/app.js'
 import type { Lifecycle, Snapshots, SnapshotInfo } from '../src/repositories/lifecycle.js'
-import { RECORD_KINDS, type DirectoryData } from '../src/repositories/records.js'
+import { KINDS, RECORD_KINDS, type DirectoryData } from '../src/repositories/records.js'
 import { createSnapshot, type ListKind, type Snapshot } from '../src/repositories/snapshot.js'
 import type { Provider } from '../src/schemas/provider.js'
 import type { Endpoint } from '../src/schemas/endpoint.js'
@@ -220,9 +220,10 @@ export function failingSnapshots (
 /** The records a snapshot serves, as a source reads them (keyed kinds in key order). */
 export function recordsOf (snapshot: Snapshot) {
   const byKey = <T>(values: Iterable<T>, key: (value: T) => string) => [...values].sort((a, b) => key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0)
+  // Every kind of the registry, a test's own included.
+  const lists = Object.fromEntries(RECORD_KINDS.filter((kind) => KINDS[kind].held === 'list').map((kind) => [kind, (snapshot.parts[kind] as unknown as { records: unknown[] }).records]))
   return {
-    providers: snapshot.parts.providers.records,
-    endpoints: snapshot.parts.endpoints.records,
+    ...lists as { providers: Provider[], endpoints: Endpoint[] } & Record<string, unknown[]>,
     organizations: byKey(snapshot.parts.organizations.byKey.values(), (organization) => organization.id),
     keys: byKey(snapshot.parts.keys.byKey.values(), (key) => key.name)
   }

@@ -1,7 +1,7 @@
 // Validates a data folder the way the server does at start, without starting one: for CI pipelines
 // that build data.
 import { loadConfig } from '../config.js'
-import { countRecords } from '../repositories/records.js'
+import { countRecords, describeCounts } from '../repositories/records.js'
 import { loadFixtures } from '../repositories/sources/files.js'
 import { readCommandLine } from './command-line.js'
 
@@ -23,9 +23,7 @@ async function main () {
   }
   const dir = values['fixtures-dir'] ?? loadConfig().FIXTURES_DIR
   const data = await loadFixtures(dir)
-  const { providers, endpoints, organizations, members, keys } = countRecords(data)
-  process.stdout.write(`${dir}: valid: ${providers} providers, ${endpoints} ZDR endpoints, ` +
-    `${organizations} organizations, ${members} members, ${keys} keys\n`)
+  process.stdout.write(`${dir}: valid: ${describeCounts(countRecords(data))}\n`)
 }
 
 main().catch((error: Error) => {

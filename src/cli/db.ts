@@ -2,7 +2,7 @@
 import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { loadConfig } from '../config.js'
-import { RECORD_KINDS, countRecords } from '../repositories/records.js'
+import { RECORD_KINDS, countRecords, describeCounts } from '../repositories/records.js'
 import { FIXTURE_FILES, loadFixtures } from '../repositories/sources/files.js'
 import { writeJsonFile } from '../repositories/json-file.js'
 import { connectPostgres, createPostgresSource, locationOf } from '../repositories/sources/postgres.js'
@@ -109,8 +109,7 @@ async function main () {
 }
 
 function count (data: Awaited<ReturnType<typeof loadFixtures>>) {
-  const { providers, endpoints, organizations, members, keys } = countRecords(data)
-  return `${providers} providers, ${endpoints} endpoints, ${organizations} organizations with ${members} members, ${keys} keys`
+  return describeCounts(countRecords(data))
 }
 
 /**

@@ -5,6 +5,7 @@ import { dirname } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { buildApp } from '../app.js'
 import { fixedSnapshots } from '../repositories/lifecycle.js'
+import { RECORD_KINDS } from '../repositories/records.js'
 import { readCommandLine } from './command-line.js'
 
 const OPENAPI_FILE = fileURLToPath(new URL('../../docs/openapi.json', import.meta.url))
@@ -23,7 +24,7 @@ async function main () {
     return
   }
   // The document depends on the routes, not on the data: an empty directory will do.
-  const app = buildApp({ snapshots: await fixedSnapshots({ providers: [], endpoints: [], organizations: [], keys: [] }) })
+  const app = buildApp({ snapshots: await fixedSnapshots(Object.fromEntries(RECORD_KINDS.map((kind) => [kind, []])) as never) })
   const res = await app.inject({ url: '/v1/openapi.json' })
   await app.close()
   if (res.statusCode !== 200) throw new Error(`GET /v1/openapi.json answered ${res.statusCode}: ${res.body}`)

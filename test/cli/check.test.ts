@@ -23,7 +23,7 @@ describe('npm run check', () => {
   it('says a valid folder is valid, with its counts, and exits 0', async () => {
     const { code, stdout } = await check('--fixtures-dir', dir)
     expect(code).toBe(0)
-    expect(stdout).toBe(`${dir}: valid: 38 providers, 32 ZDR endpoints, 2 organizations, 138 members, 5 keys\n`)
+    expect(stdout).toBe(`${dir}: valid: 38 providers, 32 endpoints, 2 organizations with 138 members, 5 keys\n`)
   })
 
   it('names file, record and field of the first problem in one line, and exits 1', async () => {
