@@ -1,6 +1,6 @@
 /**
- * The deepest nesting of arrays and objects accepted: the data files need 4 levels. Deeper input
- * is refused before anything walks it, since walking it recursively overflows the stack.
+ * The deepest nesting a fault's message locates: the data files need 4 levels, and the checker's
+ * memory is bounded by it.
  */
 export const MAX_DEPTH = 64
 
@@ -47,17 +47,15 @@ const isBadLead = (c: number) => (c >= 0x80 && c < 0xc2) || c > 0xf4
 
 /**
  * Finds the first fault of a JSON text (RFC 8259), fed a chunk of bytes at a time, in memory bounded
- * by MAX_DEPTH whatever the text's size: a file the fast scans refused is located without being held
- * whole, turned into a string or parsed. The fault reads as a message does after the file's name:
+ * by MAX_DEPTH: where JSON.parse refused a file, says where, and in which record and field, without
+ * quoting the text (JSON.parse's own message quotes it, and may hold a key hash). The fault reads as
+ * a message does after the file's name:
  * `not valid UTF-8 at byte 1234`, `nested deeper than 64 levels at line 1, column 65`, or
  * `not valid JSON at line 3, column 14 ([2].slug): expected ',' or '}'`, where the path names the
  * record and the field the scan was in (at most PATH_LEVELS levels, names cut to NAME_BYTES). A
  * column counts characters, as editors do, from the start of the line (after a byte order mark).
  */
 export class JsonChecker {
-  /** The offset of the first byte of the top-level value; -1 until it is met. */
-  valueAt = -1
-
   /** What is wrong, once found. */
   private fault: string | undefined
   private offset = 0
@@ -216,7 +214,6 @@ export class JsonChecker {
   }
 
   private value (c: number, at: number) {
-    if (this.depth === 0 && this.valueAt < 0) this.valueAt = at
     if (c === 0x7b || c === 0x5b) {
       if (this.depth === MAX_DEPTH) {
         this.fault = `nested deeper than ${MAX_DEPTH} levels at ${this.lineAndColumn(at)}`

@@ -198,20 +198,6 @@ export class KeyTable {
     return longest
   }
 
-  /** Whether row `row` holds the same key as row `otherRow` of `other` (names aside). */
-  sameRow (row: number, other: KeyTable, otherRow: number): boolean {
-    if (this.kinds[row] !== other.kinds[otherRow]) return false
-    if (this.organizationIds[this.organizations[row]!] !== other.organizationIds[other.organizations[otherRow]!]) return false
-    for (let i = 0; i < SHA_WORDS; i++) if (this.shas[row * SHA_WORDS + i] !== other.shas[otherRow * SHA_WORDS + i]) return false
-    return true
-  }
-
-  /** Whether row `row` holds this key (names aside). */
-  sameKey (row: number, key: ApiKey): boolean {
-    return KEY_KINDS[this.kinds[row]!] === key.kind && this.organizationIds[this.organizations[row]!] === key.organization_id &&
-      readProbe(key.sha256) && this.shaIsProbe(row)
-  }
-
   private shaIsProbe (row: number): boolean {
     const at = row * SHA_WORDS
     for (let i = 0; i < SHA_WORDS; i++) if (this.shas[at + i] !== probe[i]) return false

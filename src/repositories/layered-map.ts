@@ -17,7 +17,7 @@ const OVERLAY_MAX = 4096
  * since (values, or tombstones for removals). A change copies the overlay, not the base, so it costs
  * what the overlay holds, and every earlier version stays as it was for the requests that read it.
  * Once the overlay grows past OVERLAY_MAX, `compacted()` builds a new base off the
- * request path, a slice at a time, and `rebase()` moves a later version onto it.
+ * request path, a slice at a time (the lifecycle carries over what changed meanwhile).
  */
 export class LayeredMap<K, V> {
   private constructor (
@@ -83,24 +83,6 @@ export class LayeredMap<K, V> {
     }
     for (const [key, entry] of this.overlay) if (entry !== REMOVED) base.set(key, entry)
     return new LayeredMap(base, new Map(), base.size)
-  }
-
-  /**
-   * This version moved onto `compacted`, the compaction of `from` (an earlier version over the
-   * same base): the overlay keeps the changes made since `from`. Undefined when this version is not
-   * over the same base (another compaction won).
-   */
-  rebase (from: LayeredMap<K, V>, compacted: LayeredMap<K, V>): LayeredMap<K, V> | undefined {
-    if (from.base !== this.base) return undefined
-    const overlay = new Map<K, Entry<V>>()
-    for (const [key, entry] of this.overlay) {
-      if (from.overlay.get(key) === entry) continue
-      if (entry === REMOVED && !compacted.base.has(key)) continue
-      overlay.set(key, entry)
-    }
-    // A key `from` added and a later version removed (no tombstone: the old base lacked it).
-    for (const key of from.overlay.keys()) if (!this.overlay.has(key) && compacted.base.has(key)) overlay.set(key, REMOVED)
-    return new LayeredMap(compacted.base, overlay, this.size)
   }
 
   /** Every value, base first (in its order), then the overlay's. */

@@ -1,5 +1,5 @@
 import { DataError, KINDS, RECORD_KINDS, type Held, type RecordKind } from './records.js'
-import { applyChange, compactPart, createSnapshot, rebasePart, withRecords, type KeyedKind, type Part, type RecordCounts, type Snapshot } from './snapshot.js'
+import { applyChange, compactPart, createSnapshot, withRecords, type KeyedKind, type Part, type RecordCounts, type Snapshot } from './snapshot.js'
 import { readWhole, type Change, type ReadRequest, type Source } from './source.js'
 import { quoteValue } from '../schemas/describe-error.js'
 
@@ -79,7 +79,13 @@ interface Lane {
   failures: number
   /** Its last whole change was refused: every notice reads it whole too, so that a fix brings everything back. */
   refused: boolean
-  compacting: boolean
+  /**
+   * While the kind's overlays are folded into new bases (compact): the keys of the records named
+   * reads installed since it started, which the compacted part takes as they are served.
+   */
+  compacting: Set<string> | undefined
+  /** Whole reads installed since start: a compaction of a part a whole read replaced is dropped. */
+  wholeInstalls: number
 }
 
 /** What a removal held (holdBack) is held as. */
@@ -118,7 +124,7 @@ export function createLifecycle (source: Source) {
   const readFailures = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, 0])) as SnapshotInfo['readFailures']
   const ignored = { count: 0, logged: 0, loggedAt: -Infinity }
   const lanes = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, {
-    named: new Set(), whole: false, namedRunning: false, wholeRunning: false, newer: undefined, failures: 0, refused: false, compacting: false
+    named: new Set(), whole: false, namedRunning: false, wholeRunning: false, newer: undefined, failures: 0, refused: false, compacting: undefined, wholeInstalls: 0
   } satisfies Lane])) as Record<RecordKind, Lane>
   /** The next reads, once the notices of a burst are in. */
   let timer: NodeJS.Timeout | undefined
@@ -307,15 +313,28 @@ export function createLifecycle (source: Source) {
     }
   }
 
-  /** The part with these records in and out, noted as newer than a whole read under way. */
+  /** The part with these records in and out, noted as newer than a whole read or a compaction under way. */
   function namedPart<K extends KeyedKind> (kind: K, part: Part<K>, upsert: ReadonlyArray<Held<K>>, remove: readonly string[]): Part<K> {
-    const newer = lanes[kind].newer
-    if (newer !== undefined) {
-      const keyField = KINDS[kind].key
-      for (const record of upsert) newer.add((record as Record<string, string>)[keyField]!)
-      for (const key of remove) newer.add(key)
+    const keyField = KINDS[kind].key
+    for (const noted of [lanes[kind].newer, lanes[kind].compacting]) {
+      if (noted === undefined) continue
+      for (const record of upsert) noted.add((record as Record<string, string>)[keyField]!)
+      for (const key of remove) noted.add(key)
     }
     return withRecords(part, upsert, remove)
+  }
+
+  /** The records of these keys as `from` serves them, put into `part` (or taken out of it, where `from` has none). */
+  function carryOver<K extends KeyedKind> (part: Part<K>, from: Part<RecordKind>, keys: Iterable<string>): Part<K> {
+    const served = (from as Part<KeyedKind>).byKey as { get(key: string): unknown }
+    const upsert: unknown[] = []
+    const remove: string[] = []
+    for (const key of keys) {
+      const record = served.get(key)
+      if (record === undefined) remove.push(key)
+      else upsert.push(record)
+    }
+    return withRecords(part, upsert as never, remove)
   }
 
   /**
@@ -355,18 +374,11 @@ export function createLifecycle (source: Source) {
         const stale = [...waiting?.keys() ?? []].filter((key) => newer?.has(key) !== true)
         for (const key of stale) waiting!.delete(key)
         if (stale.length > 0) noteChange(kind, stale)
+        lanes[kind].wholeInstalls++
         if (!isKeyed(kind) || (newer === undefined || newer.size === 0) && refused.size === 0) return part
         // Records installed by named reads meanwhile are newer than what this whole read saw, and
         // records it refused keep the version served: both kept.
-        const served = next.parts[kind].byKey as { get(key: string): unknown }
-        const upsert: unknown[] = []
-        const remove: string[] = []
-        for (const key of new Set([...newer ?? [], ...refused.keys()])) {
-          const record = served.get(key)
-          if (record === undefined) remove.push(key)
-          else upsert.push(record)
-        }
-        return withRecords(part as Part<KeyedKind>, upsert as never, remove)
+        return carryOver(part as Part<KeyedKind>, next.parts[kind], new Set([...newer ?? [], ...refused.keys()]))
       }
     }
   }
@@ -388,24 +400,26 @@ export function createLifecycle (source: Source) {
     }, 'change installed')
   }
 
-  /** Folds the kind's overlays into new bases, off to the side, and moves the snapshot onto them. */
+  /**
+   * Folds the kind's overlays into new bases, off to the side, then installs them with the records
+   * named reads installed meanwhile carried over; dropped if a whole read replaced the part meanwhile.
+   */
   async function compact (kind: RecordKind) {
     const lane = lanes[kind]
-    if (lane.compacting || current === undefined) return
+    if (lane.compacting !== undefined || current === undefined || !isKeyed(kind)) return
     const from = current.parts[kind]
-    lane.compacting = true
+    const wholeInstalls = lane.wholeInstalls
+    lane.compacting = new Set()
     try {
       const compacted = await compactPart(from)
-      if (compacted === undefined || closed) return
-      // Changes installed meanwhile are carried over; if another part replaced the bases, it is dropped.
-      const rebased = rebasePart(snapshot().parts[kind], from, compacted)
-      if (rebased !== undefined) current = snapshot().withPart(kind, rebased, snapshot().version)
+      if (compacted === undefined || closed || lane.wholeInstalls !== wholeInstalls) return
+      current = snapshot().withPart(kind, carryOver(compacted as Part<KeyedKind>, snapshot().parts[kind], lane.compacting), snapshot().version)
     } catch (error) {
       // Changes named one at a time can disagree for a moment (a key read with the hash another
       // key gives up in a change not read yet): the overlay serves on, and the next change tries again.
       log?.warn({ part: kind, problem: (error as Error).message }, 'compaction put off; the part keeps its overlay')
     } finally {
-      lane.compacting = false
+      lane.compacting = undefined
     }
   }
 

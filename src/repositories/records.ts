@@ -33,9 +33,6 @@ export const KINDS = {
 
 export type RecordKind = keyof typeof KINDS
 
-/** What the registry says of a kind. */
-export type KindEntry = (typeof KINDS)[RecordKind]
-
 export const RECORD_KINDS = Object.keys(KINDS) as RecordKind[]
 
 /**

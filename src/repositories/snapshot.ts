@@ -319,16 +319,3 @@ export async function compactPart<K extends RecordKind> (part: Part<K>): Promise
   }
   return keyPartOf(builder.finish()) as Part<K>
 }
-
-/**
- * `current` moved onto the compaction of `from` (an earlier part of the same kind); undefined when
- * `current` is no longer over the same bases.
- */
-export function rebasePart<K extends RecordKind> (current: Part<K>, from: Part<K>, compacted: Part<K>): Part<K> | undefined {
-  if (!('byKey' in current) || !('byKey' in from) || !('byKey' in compacted)) return undefined
-  const byKey = current.byKey.rebase(from.byKey as never, compacted.byKey as never)
-  if (byKey === undefined) return undefined
-  if (!('bySha' in current)) return { ...current, byKey } as Part<K>
-  const bySha = current.bySha.rebase((from as KeyPart).bySha, (compacted as KeyPart).bySha)
-  return bySha === undefined ? undefined : { ...current, table: (compacted as KeyPart).table, byKey, bySha } as Part<K>
-}

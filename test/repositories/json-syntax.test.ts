@@ -58,11 +58,4 @@ describe('checking a JSON text a chunk at a time', () => {
       expect({ text: text.toString(), valid: faultOf(text, Infinity) === undefined }).toEqual({ text: text.toString(), valid: parsed })
     }
   })
-
-  it('says where the top-level value starts', () => {
-    const checker = new JsonChecker()
-    checker.write(Buffer.from('\ufeff \n  {"a": 1}'))
-    expect(checker.end()).toBeUndefined()
-    expect(checker.valueAt).toBe(7)
-  })
 })

@@ -341,7 +341,7 @@ CREATE TRIGGER members_notify_truncate AFTER TRUNCATE ON members
  * (`UPDATE providers SET document = '{...}' WHERE slug = 'openai'`). A statement that writes it
  * notifies the replicas, which read the list again.
  */
-export function listTableSql (kind: RecordKind): string {
+function listTableSql (kind: RecordKind): string {
   const { table, unique } = KINDS[kind]
   const columns = unique.map((field) => `,\n  ${field} text GENERATED ALWAYS AS (document ->> '${field}') STORED UNIQUE`).join('')
   return `CREATE TABLE IF NOT EXISTS ${table} (
