@@ -1,7 +1,7 @@
 import { fileURLToPath } from 'node:url'
 import { Type, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import { describeValueError } from './schemas/describe-error.js'
+import { describeErrors } from './schemas/describe-error.js'
 
 /** The data set shipped with the service, used when FIXTURES_DIR is not set. */
 export const BUNDLED_FIXTURES_DIR = fileURLToPath(new URL('../fixtures', import.meta.url))
@@ -66,8 +66,8 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
     })
   )
   const config = Value.Default(ConfigSchema, given)
-  const error = Value.Errors(ConfigSchema, config).First()
-  if (error) throw new Error(`invalid setting ${describeValueError(error)}`)
+  const problem = describeErrors(Value.Errors(ConfigSchema, config))
+  if (problem !== undefined) throw new Error(`invalid setting ${problem}`)
   const valid = config as Config
   // Node.js checks this pair only when both are given to createServer; a request cannot take less
   // time than its own headers.

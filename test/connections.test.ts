@@ -90,7 +90,7 @@ describe('connection timeouts', () => {
     socket.destroy()
   })
 
-  it('holds the defaults the README gives', () => {
+  it('holds the defaults docs/configuration.md gives', () => {
     expect(defaults).toMatchObject({ KEEP_ALIVE_TIMEOUT_MS: 72000, HEADERS_TIMEOUT_MS: 10000, REQUEST_TIMEOUT_MS: 30000, MAX_CONNECTIONS: 8000 })
   })
 })

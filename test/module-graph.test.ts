@@ -33,4 +33,17 @@ describe('the modules of src/', () => {
   it('import one another without a cycle', async () => {
     expect(cyclesOf(await importsOfSources())).toEqual([])
   })
+
+  // CONTRIBUTING, "How the code is laid out": requests reach the data through the snapshot auth pins,
+  // and plugins import only types from repositories/ (esbuild drops those, as tsc does).
+  it('load repositories/ neither from a plugin nor from a route, and nothing of plugins or routes from repositories/', async () => {
+    const graph = await importsOfSources()
+    const crossings = [...graph].flatMap(([file, imports]) => imports.filter((imported) =>
+      (/^src\/(plugins|routes)\//.test(file) && imported.startsWith('src/repositories/')) ||
+      (file.startsWith('src/repositories/') && /^src\/(plugins|routes)\//.test(imported))
+    ).map((imported) => `${file} -> ${imported}`))
+    expect(crossings).toEqual([])
+    // Not vacuous: the graph does see the process load repositories/.
+    expect(graph.get('src/main.ts')?.some((imported) => imported.startsWith('src/repositories/'))).toBe(true)
+  })
 })

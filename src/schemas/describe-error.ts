@@ -46,6 +46,35 @@ function formatPath (pointer: string): string {
   }).join('').replace(/^\./, '')
 }
 
+/** How many of the errors after a missing field are looked through for the field it was written as. */
+const SLIPS_LOOKED_AT = 100
+
+/**
+ * The first problem of a value's errors, as describeValueError tells it; undefined when there is none.
+ * A required field that is missing is often there under a slip of its name (`organisation_id`), which
+ * is then also an unknown field of the same record: TypeBox reports every missing field of an object
+ * before its unknown ones, so those that follow the first error are looked through for it.
+ */
+export function describeErrors (errors: Iterable<ValueError>): string | undefined {
+  const iterator = errors[Symbol.iterator]()
+  const first = iterator.next()
+  if (first.done === true) return undefined
+  const error = first.value
+  const problem = describeValueError(error)
+  if (error.type !== ValueErrorType.ObjectRequiredProperty) return problem
+  const parent = error.path.slice(0, error.path.lastIndexOf('/'))
+  const unknown: string[] = []
+  for (let looked = 0; looked < SLIPS_LOOKED_AT; looked++) {
+    const next = iterator.next()
+    if (next.done === true || next.value.path.slice(0, next.value.path.lastIndexOf('/')) !== parent) break
+    if (next.value.type === ValueErrorType.ObjectAdditionalProperties) unknown.push(fieldOf(next.value.path))
+    else if (next.value.type !== ValueErrorType.ObjectRequiredProperty) break
+  }
+  const field = fieldOf(error.path)
+  const written = closest(field, unknown)
+  return written === undefined ? problem : `${problem}; the record has ${JSON.stringify(written)}, did you mean ${JSON.stringify(field)}?`
+}
+
 /** One line a person can act on: where the value is, what it is, what was expected. */
 export function describeValueError (error: ValueError): string {
   // An enumeration lists its choices; a nullable field reports its non-null branch.
@@ -82,16 +111,21 @@ function explain (error: ValueError): string {
  * it is a slip away (at most two edits, and fewer than a third of the name's letters).
  */
 function unknownFieldMessage (field: string, known: string[]): string {
+  const best = closest(field, known)
+  return best !== undefined ? `is not a known field; did you mean "${best}"?` : 'is not a known field'
+}
+
+/** The candidate a slip away from `field`, if any: the nearest, at most two edits and fewer than a third of its letters. */
+function closest (field: string, candidates: string[]): string | undefined {
   let best: string | undefined
   let bestDistance = Infinity
-  for (const candidate of known) {
+  for (const candidate of candidates) {
     // Further apart than a slip whatever their letters: not worth a comparison of every letter with every other.
     if (Math.abs(candidate.length - field.length) > 2) continue
     const distance = editDistance(field.toLowerCase(), candidate.toLowerCase())
     if (distance < bestDistance) [best, bestDistance] = [candidate, distance]
   }
-  const close = best !== undefined && bestDistance <= Math.min(2, Math.ceil(field.length / 3))
-  return close ? `is not a known field; did you mean "${best}"?` : 'is not a known field'
+  return best !== undefined && bestDistance <= Math.min(2, Math.ceil(field.length / 3)) ? best : undefined
 }
 
 /** Levenshtein distance: insertions, deletions and substitutions, one row at a time. */

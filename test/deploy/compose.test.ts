@@ -76,10 +76,10 @@ describe('compose.yaml', () => {
     expect(await readFile('Dockerfile', 'utf8')).toContain('COPY fixtures ./fixtures')
   })
 
-  it('sets only variables of the README\'s Configuration, with values the server accepts', async () => {
-    const readme = await readFile('README.md', 'utf8')
+  it('sets only variables of docs/configuration.md, with values the server accepts', async () => {
+    const configuration = await readFile('docs/configuration.md', 'utf8')
     for (const [name, { environment = {} }] of ours) {
-      for (const variable of Object.keys(environment)) expect(readme, `${name}: ${variable}`).toContain(`| \`${variable}\` |`)
+      for (const variable of Object.keys(environment)) expect(configuration, `${name}: ${variable}`).toContain(`| \`${variable}\` |`)
       expect(() => loadConfig(environment), name).not.toThrow()
     }
     for (const [name, { environment = {} }] of replicas) {

@@ -145,7 +145,7 @@ describe('the Kubernetes base (deploy/kubernetes)', () => {
       expect(data.keys).toEqual([])
     })
 
-    // What the server uses is measured by npm run bench (BENCHMARKS.md) and written in the README,
+    // What the server uses is measured by npm run bench (BENCHMARKS.md) and written in docs/performance.md,
     // not here: an RSS read in a test depends on the machine that runs it.
     it('asks for memory and CPU, and caps memory above the request', () => {
       const { requests, limits } = container().resources!
