@@ -138,7 +138,7 @@ export function captureLogs (level = 'info') {
  */
 export function snapshotsOf (data: DirectoryData, source = 'test') {
   let snapshot: Snapshot | undefined
-  const reloads = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['reloads']
+  const reloads = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['changes']
   const ready = createSnapshot(data).then((first) => { snapshot = first })
   return {
     ready,
@@ -147,9 +147,9 @@ export function snapshotsOf (data: DirectoryData, source = 'test') {
       source,
       version: snapshot!.version,
       fingerprint: snapshot!.fingerprint,
-      loadedAt: snapshot!.installedAt,
+      installedAt: snapshot!.installedAt,
       records: snapshot!.counts(),
-      reloads: structuredClone(reloads),
+      changes: structuredClone(reloads),
       readFailures: Object.fromEntries(RECORD_KINDS.map((kind) => [kind, 0])) as SnapshotInfo['readFailures'],
       noticesIgnored: 0,
       following: true
@@ -158,7 +158,7 @@ export function snapshotsOf (data: DirectoryData, source = 'test') {
       snapshot = await createSnapshot(next, snapshot!.version + 1)
       for (const kind of RECORD_KINDS) reloads[kind].succeeded++
     },
-    refused (kind: keyof SnapshotInfo['reloads'] = 'providers') {
+    refused (kind: keyof SnapshotInfo['changes'] = 'providers') {
       reloads[kind].failed++
     }
   } satisfies Snapshots & Record<string, unknown>
@@ -221,11 +221,11 @@ export function failingSnapshots (
 export function recordsOf (snapshot: Snapshot) {
   const byKey = <T>(values: Iterable<T>, key: (value: T) => string) => [...values].sort((a, b) => key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0)
   // Every kind of the registry, a test's own included.
-  const lists = Object.fromEntries(RECORD_KINDS.filter((kind) => KINDS[kind].held === 'list').map((kind) => [kind, (snapshot.parts[kind] as unknown as { records: unknown[] }).records]))
+  const lists = Object.fromEntries(RECORD_KINDS.filter((kind) => KINDS[kind].held === 'list').map((kind) => [kind, (snapshot.indexes[kind] as unknown as { records: unknown[] }).records]))
   return {
     ...lists as { providers: Provider[], endpoints: Endpoint[] } & Record<string, unknown[]>,
-    organizations: byKey(snapshot.parts.organizations.byKey.values(), (organization) => organization.id),
-    keys: byKey(snapshot.parts.keys.byKey.values(), (key) => key.name)
+    organizations: byKey(snapshot.indexes.organizations.byKey.values(), (organization) => organization.id),
+    keys: byKey(snapshot.indexes.keys.byKey.values(), (key) => key.name)
   }
 }
 
@@ -234,7 +234,7 @@ export function recordsOf (snapshot: Snapshot) {
  * satisfies a test, the next refusal, a change of `following`, a number of installs.
  */
 export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
-  const refusals: Array<{ part: string, problem: string }> = []
+  const refusals: Array<{ kind: string, problem: string }> = []
   const states: Array<{ up: boolean, problem?: string }> = []
   let installed = 0
   /** The rows each install read, by kind, where the source counts them. */
@@ -250,8 +250,8 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
       }
       if (message.startsWith('following changes again')) states.push({ up: true })
     },
-    error (object: { part?: string, problem?: string }, message) {
-      if (message.startsWith('change refused')) refusals.push({ part: object.part!, problem: object.problem! })
+    error (object: { kind?: string, problem?: string }, message) {
+      if (message.startsWith('change refused')) refusals.push({ kind: object.kind!, problem: object.problem! })
       else if (message.startsWith('cannot follow')) states.push({ up: false, problem: object.problem })
     },
     warn (object: { problem?: string }, message) {

@@ -58,9 +58,9 @@ describe('data that changes while the server runs (files)', () => {
     await writeData(makeData())
     server = await startServer({ FIXTURES_DIR: dir })
     await replaceFile('keys.json', [...makeData().keys, { name: 'typo', sha256: sha256('new'), kind: 'standard', organization_id: 'org_alpha', ...spoil }])
-    expect(await logLine('change refused: keys keeps its last good records, the other parts follow their changes')).toMatchObject({
+    expect(await logLine('change refused: keys keeps its last good records, the other kinds follow their changes')).toMatchObject({
       level: 50,
-      part: 'keys',
+      kind: 'keys',
       problem: `keys.json: ${problem}`
     })
     expect(await status('/v1/organization/members', KEYS.alphaManagement)).toBe(200)

@@ -238,10 +238,10 @@ function snapshotMetrics (registry: Registry, snapshots: Snapshots) {
     collect () { this.set(snapshots.info().version) }
   })
   new Gauge({
-    name: 'directory_snapshot_loaded_timestamp_seconds',
+    name: 'directory_snapshot_installed_timestamp_seconds',
     help: 'When the snapshot served was installed, in seconds since the epoch',
     registers: [registry],
-    collect () { this.set(snapshots.info().loadedAt / 1000) }
+    collect () { this.set(snapshots.info().installedAt / 1000) }
   })
   new Gauge({
     name: 'directory_source_up',
@@ -259,13 +259,13 @@ function snapshotMetrics (registry: Registry, snapshots: Snapshots) {
     }
   })
   new Counter({
-    name: 'directory_reloads_total',
+    name: 'directory_changes_total',
     help: 'Changes of each kind since start: installed (succeeded) or refused, the last good records serving on (failed)',
     labelNames: ['kind', 'outcome'] as const,
     registers: [registry],
     collect () {
       this.reset()
-      for (const [kind, { succeeded, failed }] of Object.entries(snapshots.info().reloads)) {
+      for (const [kind, { succeeded, failed }] of Object.entries(snapshots.info().changes)) {
         this.inc({ kind, outcome: 'succeeded' }, succeeded)
         this.inc({ kind, outcome: 'failed' }, failed)
       }

@@ -1,5 +1,5 @@
 import { DataError, KINDS, RECORD_KINDS, type Held, type RecordKind } from './records.js'
-import { applyChange, compactPart, createSnapshot, withRecords, type KeyedKind, type Part, type RecordCounts, type Snapshot } from './snapshot.js'
+import { applyChange, compactIndex, createSnapshot, withRecords, type KeyedKind, type Index, type RecordCounts, type Snapshot } from './snapshot.js'
 import { readWhole, type Change, type ReadRequest, type Source } from './source.js'
 import { quoteValue } from '../schemas/describe-error.js'
 
@@ -33,10 +33,10 @@ export interface SnapshotInfo {
   /** The snapshot served: its version, its fingerprint, when it was installed (ms since the epoch). */
   version: number
   fingerprint: string
-  loadedAt: number
+  installedAt: number
   records: RecordCounts
   /** Changes installed (succeeded) and refused (failed) since start, by kind. */
-  reloads: { [kind in RecordKind]: { succeeded: number, failed: number } }
+  changes: { [kind in RecordKind]: { succeeded: number, failed: number } }
   /** Reads that failed (the source, not the data) since start, by kind: each is tried again. */
   readFailures: { [kind in RecordKind]: number }
   /** Notices of change the source ignored since start, being of no shape it sends. */
@@ -81,22 +81,22 @@ interface Lane {
   refused: boolean
   /**
    * While the kind's overlays are folded into new bases (compact): the keys of the records named
-   * reads installed since it started, which the compacted part takes as they are served.
+   * reads installed since it started, which the compacted index takes as they are served.
    */
   compacting: Set<string> | undefined
-  /** Whole reads installed since start: a compaction of a part a whole read replaced is dropped. */
+  /** Whole reads installed since start: a compaction of a index a whole read replaced is dropped. */
   wholeInstalls: number
 }
 
 /** What a removal held (holdBack) is held as. */
 const REMOVAL = Symbol('removal')
 
-/** A change read, ready to install: `finish` makes its part on the snapshot being made. */
+/** A change read, ready to install: `finish` makes its index on the snapshot being made. */
 interface Ready {
   kind: RecordKind
   change: string
   rowsRead?: number
-  finish(next: Snapshot): Part<RecordKind>
+  finish(next: Snapshot): Index<RecordKind>
 }
 
 const isKeyed = (kind: RecordKind): kind is KeyedKind => KINDS[kind].held !== 'list'
@@ -109,7 +109,7 @@ const isKeyed = (kind: RecordKind): kind is KeyedKind => KINDS[kind].held !== 'l
  * while the others' changes go in. The one order kept is the registry's `refers`: a key whose
  * organization is not served yet waits while organizations are being read, so that it is never
  * installed ahead of the organization committed before it. A change makes a new snapshot that
- * shares everything it did not touch; the snapshot's parts fold their overlays into new bases off
+ * shares everything it did not touch; the snapshot's indexes fold their overlays into new bases off
  * to the side (compaction) and are moved onto them when ready.
  */
 export function createLifecycle (source: Source) {
@@ -120,7 +120,7 @@ export function createLifecycle (source: Source) {
   /** When changes stopped being followed, while they are not. */
   let unfollowedAt = 0
   let closed = false
-  const reloads = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['reloads']
+  const changes = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['changes']
   const readFailures = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, 0])) as SnapshotInfo['readFailures']
   const ignored = { count: 0, logged: 0, loggedAt: -Infinity }
   const lanes = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, {
@@ -209,17 +209,17 @@ export function createLifecycle (source: Source) {
           if (result instanceof DataError) throw result
           ready.push(await prepare(kind, result, change))
           if (closed) return
-          reloads[kind].succeeded++
+          changes[kind].succeeded++
           if (whole) lanes[kind].refused = false
           lanes[kind].failures = 0
         } catch (error) {
           if (!(error instanceof DataError)) throw error
           lanes[kind].refused = true
-          reloads[kind].failed++
-          log?.error({ change, part: kind, problem: error.message }, `change refused: ${kind} keeps its last good records, the other parts follow their changes`)
+          changes[kind].failed++
+          log?.error({ change, kind, problem: error.message }, `change refused: ${kind} keeps its last good records, the other kinds follow their changes`)
         }
       }
-      if (ready.length > 0) installParts(ready)
+      if (ready.length > 0) installChanges(ready)
     } catch (error) {
       if (closed) return
       // Reading failed (the connection, not the data): read it again later, all of what was asked.
@@ -272,7 +272,7 @@ export function createLifecycle (source: Source) {
         newer?.add(key)
       }
     }
-    const referred = refers === undefined ? undefined : next.parts[refers.kind as KeyedKind].byKey
+    const referred = refers === undefined ? undefined : next.indexes[refers.kind as KeyedKind].byKey
     const upsert: Array<Held<K>> = []
     for (const record of read.upsert) {
       const key = (record as Record<string, string>)[keyField]!
@@ -291,7 +291,7 @@ export function createLifecycle (source: Source) {
     for (const [kind, waiting] of held) {
       if (waiting.size === 0) continue
       const refers = KINDS[kind].refers
-      const referred = refers === undefined ? undefined : snapshot().parts[refers.kind as KeyedKind].byKey
+      const referred = refers === undefined ? undefined : snapshot().indexes[refers.kind as KeyedKind].byKey
       const referredIdle = refers === undefined || !busy(lanes[refers.kind as RecordKind])
       // A removal held goes once the kinds that refer waited for are read, and no later read of its own kind may undo it.
       const removalsFree = !referringBusy(kind) && !busy(lanes[kind])
@@ -308,25 +308,25 @@ export function createLifecycle (source: Source) {
         waiting.delete(key)
       }
       if (upsert.length + remove.length > 0) {
-        installParts([{ kind, change: `${kind}: ${upsert.length + remove.length} held for the kind they wait for`, finish: (next) => namedPart(kind as KeyedKind, next.parts[kind as KeyedKind], upsert as never, remove) }])
+        installChanges([{ kind, change: `${kind}: ${upsert.length + remove.length} held for the kind they wait for`, finish: (next) => namedIndex(kind as KeyedKind, next.indexes[kind as KeyedKind], upsert as never, remove) }])
       }
     }
   }
 
-  /** The part with these records in and out, noted as newer than a whole read or a compaction under way. */
-  function namedPart<K extends KeyedKind> (kind: K, part: Part<K>, upsert: ReadonlyArray<Held<K>>, remove: readonly string[]): Part<K> {
+  /** The index with these records in and out, noted as newer than a whole read or a compaction under way. */
+  function namedIndex<K extends KeyedKind> (kind: K, index: Index<K>, upsert: ReadonlyArray<Held<K>>, remove: readonly string[]): Index<K> {
     const keyField = KINDS[kind].key
     for (const noted of [lanes[kind].newer, lanes[kind].compacting]) {
       if (noted === undefined) continue
       for (const record of upsert) noted.add((record as Record<string, string>)[keyField]!)
       for (const key of remove) noted.add(key)
     }
-    return withRecords(part, upsert, remove)
+    return withRecords(index, upsert, remove)
   }
 
-  /** The records of these keys as `from` serves them, put into `part` (or taken out of it, where `from` has none). */
-  function carryOver<K extends KeyedKind> (part: Part<K>, from: Part<RecordKind>, keys: Iterable<string>): Part<K> {
-    const served = (from as Part<KeyedKind>).byKey as { get(key: string): unknown }
+  /** The records of these keys as `from` serves them, put into `index` (or taken out of it, where `from` has none). */
+  function carryOver<K extends KeyedKind> (index: Index<K>, from: Index<RecordKind>, keys: Iterable<string>): Index<K> {
+    const served = (from as Index<KeyedKind>).byKey as { get(key: string): unknown }
     const upsert: unknown[] = []
     const remove: string[] = []
     for (const key of keys) {
@@ -334,20 +334,20 @@ export function createLifecycle (source: Source) {
       if (record === undefined) remove.push(key)
       else upsert.push(record)
     }
-    return withRecords(part, upsert as never, remove)
+    return withRecords(index, upsert as never, remove)
   }
 
   /**
    * Makes ready to install a change read: reports its records refused one by one, and answers what
-   * makes its part once it is installed, on the snapshot being made then (with no turn of the event
+   * makes its index once it is installed, on the snapshot being made then (with no turn of the event
    * loop in between, so that nothing installed meanwhile is lost).
    */
   async function prepare (kind: RecordKind, read: Change, change: string): Promise<Ready> {
     const refused = read.refused ?? new Map<string, string>()
     if (refused.size > 0) {
-      reloads[kind].failed++
+      changes[kind].failed++
       for (const problem of [...refused.values()].slice(0, 5)) {
-        log?.error({ change, part: kind, problem }, `change refused: ${kind} keeps the last good version of the record, its other records follow their changes`)
+        log?.error({ change, kind, problem }, `change refused: ${kind} keeps the last good version of the record, its other records follow their changes`)
       }
     }
     if ('upsert' in read && isKeyed(kind)) {
@@ -357,11 +357,11 @@ export function createLifecycle (source: Source) {
         rowsRead: read.rowsRead,
         finish (next) {
           const now = holdBack(kind, read as { upsert: ReadonlyArray<Held<KeyedKind>>, remove: readonly string[] }, next)
-          return namedPart(kind, next.parts[kind], now.upsert as never, now.remove)
+          return namedIndex(kind, next.indexes[kind], now.upsert as never, now.remove)
         }
       }
     }
-    const part = await applyChange(snapshot().parts[kind], read)
+    const index = await applyChange(snapshot().indexes[kind], read)
     return {
       kind,
       change,
@@ -375,20 +375,20 @@ export function createLifecycle (source: Source) {
         for (const key of stale) waiting!.delete(key)
         if (stale.length > 0) noteChange(kind, stale)
         lanes[kind].wholeInstalls++
-        if (!isKeyed(kind) || (newer === undefined || newer.size === 0) && refused.size === 0) return part
+        if (!isKeyed(kind) || (newer === undefined || newer.size === 0) && refused.size === 0) return index
         // Records installed by named reads meanwhile are newer than what this whole read saw, and
         // records it refused keep the version served: both kept.
-        return carryOver(part as Part<KeyedKind>, next.parts[kind], new Set([...newer ?? [], ...refused.keys()]))
+        return carryOver(index as Index<KeyedKind>, next.indexes[kind], new Set([...newer ?? [], ...refused.keys()]))
       }
     }
   }
 
   /** Installs changes ready in one snapshot, the kinds referred to before the kinds that refer to them (registry order). */
-  function installParts (changes: Ready[]) {
+  function installChanges (changes: Ready[]) {
     changes.sort((a, b) => RECORD_KINDS.indexOf(a.kind) - RECORD_KINDS.indexOf(b.kind))
     let next = snapshot()
     version++
-    for (const { kind, finish } of changes) next = next.withPart(kind, finish(next) as never, version)
+    for (const { kind, finish } of changes) next = next.withIndex(kind, finish(next) as never, version)
     current = next
     const rowsRead = changes.filter(({ rowsRead }) => rowsRead !== undefined).map(({ kind, rowsRead }) => [kind, rowsRead])
     log?.info({
@@ -402,22 +402,22 @@ export function createLifecycle (source: Source) {
 
   /**
    * Folds the kind's overlays into new bases, off to the side, then installs them with the records
-   * named reads installed meanwhile carried over; dropped if a whole read replaced the part meanwhile.
+   * named reads installed meanwhile carried over; dropped if a whole read replaced the index meanwhile.
    */
   async function compact (kind: RecordKind) {
     const lane = lanes[kind]
     if (lane.compacting !== undefined || current === undefined || !isKeyed(kind)) return
-    const from = current.parts[kind]
+    const from = current.indexes[kind]
     const wholeInstalls = lane.wholeInstalls
     lane.compacting = new Set()
     try {
-      const compacted = await compactPart(from)
+      const compacted = await compactIndex(from)
       if (compacted === undefined || closed || lane.wholeInstalls !== wholeInstalls) return
-      current = snapshot().withPart(kind, carryOver(compacted as Part<KeyedKind>, snapshot().parts[kind], lane.compacting), snapshot().version)
+      current = snapshot().withIndex(kind, carryOver(compacted as Index<KeyedKind>, snapshot().indexes[kind], lane.compacting), snapshot().version)
     } catch (error) {
       // Changes named one at a time can disagree for a moment (a key read with the hash another
       // key gives up in a change not read yet): the overlay serves on, and the next change tries again.
-      log?.warn({ part: kind, problem: (error as Error).message }, 'compaction put off; the part keeps its overlay')
+      log?.warn({ kind, problem: (error as Error).message }, 'compaction put off; the kind keeps its overlay')
     } finally {
       lane.compacting = undefined
     }
@@ -439,7 +439,7 @@ export function createLifecycle (source: Source) {
         following (up, problem) {
           if (up === following) return
           following = up
-          if (up) logger.info({ source: source.name, unfollowed_ms: Date.now() - unfollowedAt }, 'following changes again; every part is read again')
+          if (up) logger.info({ source: source.name, unfollowed_ms: Date.now() - unfollowedAt }, 'following changes again; every kind is read again')
           else unfollowedAt = Date.now()
           if (!up) logger.error({ source: source.name, problem: problem?.message }, 'cannot follow changes; the data read last keeps serving')
         }
@@ -456,9 +456,9 @@ export function createLifecycle (source: Source) {
         source: source.name,
         version: served.version,
         fingerprint: served.fingerprint,
-        loadedAt: served.installedAt,
+        installedAt: served.installedAt,
         records: served.counts(),
-        reloads: structuredClone(reloads),
+        changes: structuredClone(changes),
         readFailures: { ...readFailures },
         noticesIgnored: ignored.count,
         following
@@ -477,10 +477,10 @@ export type Lifecycle = ReturnType<typeof createLifecycle>
 /** One snapshot that never changes, from records given: for what serves no data (the OpenAPI writer). */
 export async function fixedSnapshots (data: Parameters<typeof createSnapshot>[0]): Promise<Snapshots> {
   const snapshot = await createSnapshot(data)
-  const reloads = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['reloads']
+  const changes = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['changes']
   const readFailures = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, 0])) as SnapshotInfo['readFailures']
   return {
     current: () => snapshot,
-    info: () => ({ source: 'none', version: 1, fingerprint: snapshot.fingerprint, loadedAt: snapshot.installedAt, records: snapshot.counts(), reloads, readFailures, noticesIgnored: 0, following: true })
+    info: () => ({ source: 'none', version: 1, fingerprint: snapshot.fingerprint, installedAt: snapshot.installedAt, records: snapshot.counts(), changes, readFailures, noticesIgnored: 0, following: true })
   }
 }

@@ -1,6 +1,6 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
-import { describeValueError, quoteValue } from '../schemas/describe-error.js'
+import { describeErrors, quoteValue } from '../schemas/describe-error.js'
 import { ProviderSchema } from '../schemas/provider.js'
 import { EndpointSchema } from '../schemas/endpoint.js'
 import { OrganizationSchema, ApiKeySchema } from '../schemas/fixtures.js'
@@ -78,8 +78,7 @@ const recordCheckers = Object.fromEntries(
 export function validateRecords<K extends RecordKind> (kind: K, value: unknown, where: string): Records<K> {
   const checker = checkers[kind]
   if (!checker.Check(value)) {
-    const first = checker.Errors(value).First()
-    throw new DataError(`${where}: ${first ? describeValueError(first) : 'invalid'}`)
+    throw new DataError(`${where}: ${describeErrors(checker.Errors(value)) ?? 'invalid'}`)
   }
   return value as Records<K>
 }
@@ -94,11 +93,11 @@ const fastChecks: { readonly [K in RecordKind]?: (value: unknown) => boolean } =
 export function recordProblem (kind: RecordKind, value: unknown, index: number): string | undefined {
   const checker = recordCheckers[kind]
   if (fastChecks[kind]?.(value) ?? checker.Check(value)) return undefined
-  return locate(`[${index}]`, checker.Errors(value).First())
+  return locate(`[${index}]`, describeErrors(checker.Errors(value)))
 }
 
-function locate (at: string, error: Parameters<typeof describeValueError>[0] | undefined): string {
-  const problem = error ? describeValueError(error) : '(top level): invalid'
+function locate (at: string, described: string | undefined): string {
+  const problem = described ?? '(top level): invalid'
   if (problem.startsWith('(top level)')) return at + problem.slice('(top level)'.length)
   return `${at}${problem.startsWith('[') ? '' : '.'}${problem}`
 }
@@ -111,7 +110,7 @@ const memberChecker = TypeCompiler.Compile(MemberSchema)
  */
 export function memberProblem (value: unknown, organization: number, index: number): string | undefined {
   if (memberChecker.Check(value)) return undefined
-  return locate(`[${organization}].members[${index}]`, memberChecker.Errors(value).First())
+  return locate(`[${organization}].members[${index}]`, describeErrors(memberChecker.Errors(value)))
 }
 
 /**

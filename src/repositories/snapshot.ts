@@ -9,7 +9,7 @@ import { serializeList, type SerializedList } from '../representation.js'
 import { memberPagesOf, type MemberPage } from './views.js'
 
 /** A list served whole (providers, endpoints): its records and its body, serialized once. */
-interface ListPart<T> {
+interface ListIndex<T> {
   readonly records: readonly T[]
   readonly list: SerializedList
 }
@@ -18,33 +18,33 @@ interface ListPart<T> {
  * A kind changed record by record (organizations, keys): its records by key, in a LayeredMap, and
  * the sum of their hashes, which a change updates for the records it touches.
  */
-interface KeyedPart<T> {
+interface KeyedIndex<T> {
   readonly byKey: LayeredMap<string, T>
   readonly sum: number
 }
 
 /** Keys: a KeyTable, and the changes since it was built in the overlays of two maps over it. */
-interface KeyPart extends KeyedPart<ApiKey> {
+interface KeyIndex extends KeyedIndex<ApiKey> {
   readonly table: KeyTable
   /** The same keys by SHA-256, for authentication. */
   readonly bySha: LayeredMap<string, ApiKey>
 }
 
-interface OrganizationPart extends KeyedPart<Organization> {
+interface OrganizationIndex extends KeyedIndex<Organization> {
   /** Members of all organizations. */
   readonly members: number
 }
 
 /** How the snapshot holds each kind, by the registry's `held`. */
-type Parts = {
-  readonly [K in RecordKind]: (typeof KINDS)[K]['held'] extends 'list' ? ListPart<Held<K>>
-    : (typeof KINDS)[K]['held'] extends 'keys' ? KeyPart : OrganizationPart
+type Indexes = {
+  readonly [K in RecordKind]: (typeof KINDS)[K]['held'] extends 'list' ? ListIndex<Held<K>>
+    : (typeof KINDS)[K]['held'] extends 'keys' ? KeyIndex : OrganizationIndex
 }
 
-export type Part<K extends RecordKind> = Parts[K]
+export type Index<K extends RecordKind> = Indexes[K]
 
-/** Any kind's part, for the code that walks the registry. */
-type AnyPart = ListPart<unknown> | KeyPart | OrganizationPart
+/** Any kind's index, for the code that walks the registry. */
+type AnyIndex = ListIndex<unknown> | KeyIndex | OrganizationIndex
 
 /** The kinds served as a list whole (providers, endpoints). */
 export type ListKind = { [K in RecordKind]: (typeof KINDS)[K]['held'] extends 'list' ? K : never }[RecordKind]
@@ -55,7 +55,7 @@ export type RecordCounts = { [kind in RecordKind | 'members']: number }
 /**
  * What a request is answered from: one immutable, versioned set of every kind's records and what the
  * hot path derives from them (the lists' bodies, the key index, the member pages). A change makes a
- * new snapshot that shares every part it did not touch, and, within a part, every record it did not
+ * new snapshot that shares every index it did not touch, and, within a index, every record it did not
  * touch. A request reads the current snapshot once and answers from it to its last byte.
  */
 export class Snapshot {
@@ -64,33 +64,33 @@ export class Snapshot {
   constructor (
     /** Counts the snapshots installed since the process started: 1 for the first. */
     readonly version: number,
-    readonly parts: Parts,
+    readonly indexes: Indexes,
     /** When it was installed (ms since the epoch). */
     readonly installedAt = Date.now()
   ) {}
 
   /** A kind served as a list whole, `{"data": [...]}` as JSON. */
   list (kind: ListKind): SerializedList {
-    return this.parts[kind].list
+    return this.indexes[kind].list
   }
 
   /** The key whose SHA-256 (lowercase hex) is given. */
   findKey (sha256: string): ApiKey | undefined {
-    return this.parts.keys.bySha.get(sha256)
+    return this.indexes.keys.bySha.get(sha256)
   }
 
   /** A page of the organization's members, or undefined when the organization does not exist. */
   memberPage (organizationId: string, offset: number, limit: number): MemberPage | undefined {
-    const organization = this.parts.organizations.byKey.get(organizationId)
+    const organization = this.indexes.organizations.byKey.get(organizationId)
     return organization && memberPagesOf(organization.members).page(offset, limit)
   }
 
   counts (): RecordCounts {
     const counts = Object.fromEntries(RECORD_KINDS.map((kind) => {
-      const part = this.parts[kind] as AnyPart
-      return [kind, 'records' in part ? part.records.length : part.byKey.size]
+      const index = this.indexes[kind] as AnyIndex
+      return [kind, 'records' in index ? index.records.length : index.byKey.size]
     })) as RecordCounts
-    counts.members = this.parts.organizations.members
+    counts.members = this.indexes.organizations.members
     return counts
   }
 
@@ -101,39 +101,39 @@ export class Snapshot {
    */
   get fingerprint (): string {
     this.fingerprintMemo ??= hash('sha1', RECORD_KINDS.map((kind) => {
-      const part = this.parts[kind] as AnyPart
-      return 'list' in part ? part.list.representations.identity.etag : part.sum
+      const index = this.indexes[kind] as AnyIndex
+      return 'list' in index ? index.list.representations.identity.etag : index.sum
     }).join(','), 'hex').slice(0, 16)
     return this.fingerprintMemo
   }
 
-  /** A new snapshot with `part` in place of its kind's, everything else shared. */
-  withPart<K extends RecordKind> (kind: K, part: Part<K>, version: number): Snapshot {
-    return new Snapshot(version, { ...this.parts, [kind]: part }, version === this.version ? this.installedAt : Date.now())
+  /** A new snapshot with `index` in place of its kind's, everything else shared. */
+  withIndex<K extends RecordKind> (kind: K, index: Index<K>, version: number): Snapshot {
+    return new Snapshot(version, { ...this.indexes, [kind]: index }, version === this.version ? this.installedAt : Date.now())
   }
 }
 
 /** The first snapshot, from every kind read whole. */
 export async function createSnapshot (changes: { [K in RecordKind]: Whole<K> }, version = 1): Promise<Snapshot> {
-  const parts = Object.fromEntries(await Promise.all(RECORD_KINDS.map(async (kind) =>
+  const indexes = Object.fromEntries(await Promise.all(RECORD_KINDS.map(async (kind) =>
     [kind, await applyChange(undefined, { kind, all: changes[kind] } as Change)] as const)))
-  return new Snapshot(version, parts as unknown as Parts)
+  return new Snapshot(version, indexes as unknown as Indexes)
 }
 
-/** The part a change makes of the part it changes (undefined at start). */
-export async function applyChange<K extends RecordKind> (previous: Part<K> | undefined, change: Change<K>): Promise<Part<K>> {
+/** The index a change makes of the index it changes (undefined at start). */
+export async function applyChange<K extends RecordKind> (previous: Index<K> | undefined, change: Change<K>): Promise<Index<K>> {
   const { kind } = change
   switch (KINDS[kind].held) {
     case 'list': {
       // A list is served as one body: any change serializes it again (a few hundred records).
       if (!('all' in change)) throw new Error(`${kind} change as a whole list`)
       const records = change.all as readonly unknown[]
-      return { records, list: serializeList(records) } as unknown as Part<K>
+      return { records, list: serializeList(records) } as unknown as Index<K>
     }
     case 'organizations':
-      return await applyOrganizations(previous as OrganizationPart | undefined, change as Change<'organizations'>) as Part<K>
+      return await applyOrganizations(previous as OrganizationIndex | undefined, change as Change<'organizations'>) as Index<K>
     case 'keys':
-      return await applyKeys(previous as KeyPart | undefined, change as Change<'keys'>) as Part<K>
+      return await applyKeys(previous as KeyIndex | undefined, change as Change<'keys'>) as Index<K>
   }
 }
 
@@ -194,14 +194,14 @@ function sumAfter<T> (sum: number, changes: ReadonlyArray<Edit<T>>, rules: Keyed
   return sum
 }
 
-async function applyOrganizations (previous: OrganizationPart | undefined, change: Change<'organizations'>): Promise<OrganizationPart> {
+async function applyOrganizations (previous: OrganizationIndex | undefined, change: Change<'organizations'>): Promise<OrganizationIndex> {
   const slicer = createSlicer()
   const old = previous?.byKey
   let changes: Array<Edit<Organization>>
   if ('all' in change) {
     const records = change.all
     if (old === undefined) return await build(records)
-    // Only what differs from the part in place: the rest keeps its objects and its place.
+    // Only what differs from the index in place: the rest keeps its objects and its place.
     const seen = new Set<string>()
     const changed: Organization[] = []
     for (const record of records) {
@@ -224,12 +224,12 @@ async function applyOrganizations (previous: OrganizationPart | undefined, chang
     }
     changes = changesTo(old, changed, gone, organizationRules)
   } else {
-    if (previous === undefined) throw new Error('a partial change needs the part it changes')
+    if (previous === undefined) throw new Error('a change of named records needs the index it changes')
     changes = changesTo(previous.byKey, change.upsert, change.remove, organizationRules)
   }
   return withOrganizationChanges(previous!, changes)
 
-  async function build (records: readonly Organization[]): Promise<OrganizationPart> {
+  async function build (records: readonly Organization[]): Promise<OrganizationIndex> {
     const map = new Map<string, Organization>()
     let sum = 0
     let members = 0
@@ -243,7 +243,7 @@ async function applyOrganizations (previous: OrganizationPart | undefined, chang
   }
 }
 
-function withOrganizationChanges (previous: OrganizationPart, changes: ReadonlyArray<Edit<Organization>>): OrganizationPart {
+function withOrganizationChanges (previous: OrganizationIndex, changes: ReadonlyArray<Edit<Organization>>): OrganizationIndex {
   let members = previous.members
   for (const [, before, after] of changes) members += (after?.members.length ?? 0) - (before?.members.length ?? 0)
   return {
@@ -257,37 +257,37 @@ function withOrganizationChanges (previous: OrganizationPart, changes: ReadonlyA
 export type KeyedKind = 'keys' | 'organizations'
 
 /**
- * A keyed part with these records put in and the records of these keys taken out, at once (no
+ * A keyed index with these records put in and the records of these keys taken out, at once (no
  * turn of the event loop): what a change that names its records makes.
  */
-export function withRecords<K extends KeyedKind> (part: Part<K>, upsert: ReadonlyArray<Held<K>>, remove: readonly string[]): Part<K> {
-  if ('table' in part) return withKeyChanges(part, changesTo(part.byKey, upsert as readonly ApiKey[], remove, keyRules)) as Part<K>
-  const organizations = part as OrganizationPart
-  return withOrganizationChanges(organizations, changesTo(organizations.byKey, upsert as readonly Organization[], remove, organizationRules)) as Part<K>
+export function withRecords<K extends KeyedKind> (index: Index<K>, upsert: ReadonlyArray<Held<K>>, remove: readonly string[]): Index<K> {
+  if ('table' in index) return withKeyChanges(index, changesTo(index.byKey, upsert as readonly ApiKey[], remove, keyRules)) as Index<K>
+  const organizations = index as OrganizationIndex
+  return withOrganizationChanges(organizations, changesTo(organizations.byKey, upsert as readonly Organization[], remove, organizationRules)) as Index<K>
 }
 
-/** The part of keys whose base is `table`, without changes above it. */
-function keyPartOf (table: KeyTable): KeyPart {
+/** The index of keys whose base is `table`, without changes above it. */
+function keyIndexOf (table: KeyTable): KeyIndex {
   return { table, byKey: LayeredMap.of(table.byName), bySha: LayeredMap.of(table.bySha), sum: table.sum }
 }
 
-async function applyKeys (previous: KeyPart | undefined, change: Change<'keys'>): Promise<KeyPart> {
+async function applyKeys (previous: KeyIndex | undefined, change: Change<'keys'>): Promise<KeyIndex> {
   if ('all' in change) {
-    // Every key: a new base, the part in place left as it is.
-    if (change.all instanceof KeyTable) return keyPartOf(change.all)
+    // Every key: a new base, the index in place left as it is.
+    if (change.all instanceof KeyTable) return keyIndexOf(change.all)
     const slicer = createSlicer()
     const builder = new KeyTableBuilder('keys', change.all.length)
     for (const key of change.all) {
       builder.add(key)
       if (slicer.due()) await slicer.pause()
     }
-    return keyPartOf(builder.finish())
+    return keyIndexOf(builder.finish())
   }
-  if (previous === undefined) throw new Error('a partial change needs the part it changes')
+  if (previous === undefined) throw new Error('a change of named records needs the index it changes')
   return withKeyChanges(previous, changesTo(previous.byKey, change.upsert, change.remove, keyRules))
 }
 
-function withKeyChanges (previous: KeyPart, changes: ReadonlyArray<Edit<ApiKey>>): KeyPart {
+function withKeyChanges (previous: KeyIndex, changes: ReadonlyArray<Edit<ApiKey>>): KeyIndex {
   // Old hashes out first, new ones in after: a hash that moves from one key to another in the
   // same change stays.
   const shaChanges: Array<[string, ApiKey | undefined]> = []
@@ -301,21 +301,21 @@ function withKeyChanges (previous: KeyPart, changes: ReadonlyArray<Edit<ApiKey>>
   }
 }
 
-/** The part with its maps folded into new bases, or undefined when none has grown enough to need it. */
-export async function compactPart<K extends RecordKind> (part: Part<K>): Promise<Part<K> | undefined> {
-  if (!('byKey' in part) || !part.byKey.overgrown) return undefined
-  if (!('table' in part)) return { ...part, byKey: await part.byKey.compacted() } as Part<K>
+/** The index with its maps folded into new bases, or undefined when none has grown enough to need it. */
+export async function compactIndex<K extends RecordKind> (index: Index<K>): Promise<Index<K> | undefined> {
+  if (!('byKey' in index) || !index.byKey.overgrown) return undefined
+  if (!('table' in index)) return { ...index, byKey: await index.byKey.compacted() } as Index<K>
   // Keys: the rows of the table that no change touched, then the keys the changes left.
   const slicer = createSlicer()
-  const builder = new KeyTableBuilder('keys', part.byKey.size)
-  for (let row = 0; row < part.table.size; row++) {
-    if (!part.byKey.overlays(part.table.nameOf(row))) builder.copy(part.table, row)
+  const builder = new KeyTableBuilder('keys', index.byKey.size)
+  for (let row = 0; row < index.table.size; row++) {
+    if (!index.byKey.overlays(index.table.nameOf(row))) builder.copy(index.table, row)
     if (slicer.due()) await slicer.pause()
   }
-  for (const name of part.byKey.overlaid()) {
-    const key = part.byKey.get(name)
+  for (const name of index.byKey.overlaid()) {
+    const key = index.byKey.get(name)
     if (key !== undefined) builder.add(key)
     if (slicer.due()) await slicer.pause()
   }
-  return keyPartOf(builder.finish()) as Part<K>
+  return keyIndexOf(builder.finish()) as Index<K>
 }

@@ -29,7 +29,7 @@ type Region = { code: string, name: string }
 type WithRegions = DirectoryData & { regions: Region[] }
 const regions = (...names: string[]): Region[] => names.map((name) => ({ code: `eu-${name.toLowerCase()}`, name }))
 const dataWith = (list: Region[]) => ({ ...makeData(), regions: list }) as WithRegions
-const served = (lifecycle: { current(): { parts: object } }) => (lifecycle.current().parts as Record<string, { records: Region[] }>).regions!.records
+const served = (lifecycle: { current(): { indexes: object } }) => (lifecycle.current().indexes as Record<string, { records: Region[] }>).regions!.records
 
 const lifecycles: Array<{ close(): Promise<void> }> = []
 afterEach(async () => { await Promise.all(lifecycles.splice(0).map((lifecycle) => lifecycle.close())) })
@@ -63,11 +63,11 @@ describe('an extra kind from files', () => {
     expect(lifecycle.current().fingerprint).not.toBe(before)
 
     await writeFile(join(dir, 'regions.json'), JSON.stringify([{ code: 'Nowhere', name: 'X' }]))
-    expect(await refusal()).toEqual({ part: 'regions', problem: `regions.json: [0].code: "Nowhere": expected string to match '^[a-z]{2}-[a-z]+$'` })
+    expect(await refusal()).toEqual({ kind: 'regions', problem: `regions.json: [0].code: "Nowhere": expected string to match '^[a-z]{2}-[a-z]+$'` })
     expect(served(lifecycle)).toEqual(regions('West', 'North'))
 
     await writeFile(join(dir, 'regions.json'), JSON.stringify([...regions('West'), ...regions('West')]))
-    expect(await refusal()).toEqual({ part: 'regions', problem: 'regions.json: [1].code: "eu-west" duplicates [0].code' })
+    expect(await refusal()).toEqual({ kind: 'regions', problem: 'regions.json: [1].code: "eu-west" duplicates [0].code' })
   })
 })
 
@@ -102,7 +102,7 @@ describe('an extra kind in PostgreSQL', () => {
       expect(lifecycle.current().fingerprint).not.toBe(before)
 
       await admin.query("UPDATE regions SET document = '{\"code\": \"eu-north\", \"name\": \"\"}' WHERE code = 'eu-north'")
-      expect(await refusal()).toEqual({ part: 'regions', problem: 'table regions, row code "eu-north": name: "": expected string length greater or equal to 1' })
+      expect(await refusal()).toEqual({ kind: 'regions', problem: 'table regions, row code "eu-north": name: "": expected string length greater or equal to 1' })
       expect(served(lifecycle)[1]?.name).toBe('Nordics')
     } finally {
       await admin.end()

@@ -100,7 +100,7 @@ describe('the lifecycle of the data', () => {
     expect(lifecycle!.current().counts().keys).toBe(3)
     release()
     await until((data) => data.keys.length === 5)
-    expect(lifecycle!.current().parts.keys.byKey.get('alpha-standard')).toBeUndefined()
+    expect(lifecycle!.current().indexes.keys.byKey.get('alpha-standard')).toBeUndefined()
   })
 
   it('holds a key whose organization is being read until the organization is installed', async () => {
@@ -110,17 +110,17 @@ describe('the lifecycle of the data', () => {
     await lifecycle.load()
     lifecycle.follow({
       info () {
-        const moved = lifecycle!.current().parts.keys.byKey.get('moved')
-        if (moved !== undefined && lifecycle!.current().parts.organizations.byKey.get(moved.organization_id) === undefined) orphans.push(moved.name)
+        const moved = lifecycle!.current().indexes.keys.byKey.get('moved')
+        if (moved !== undefined && lifecycle!.current().indexes.organizations.byKey.get(moved.organization_id) === undefined) orphans.push(moved.name)
       },
       error () {},
       warn () {}
     })
     const release = await keyIntoOrganizationBeingRead(source)
     await new Promise((resolve) => setTimeout(resolve, 50))
-    expect(lifecycle.current().parts.keys.byKey.get('moved')).toBeUndefined()
+    expect(lifecycle.current().indexes.keys.byKey.get('moved')).toBeUndefined()
     release()
-    await expect.poll(() => lifecycle!.current().parts.keys.byKey.get('moved')?.organization_id).toBe('org_new')
+    await expect.poll(() => lifecycle!.current().indexes.keys.byKey.get('moved')?.organization_id).toBe('org_new')
     expect(orphans).toEqual([])
   })
 
@@ -135,7 +135,7 @@ describe('the lifecycle of the data', () => {
     release()
     await until((data) => data.organizations.some((organization) => organization.id === 'org_new'))
     await new Promise((resolve) => setTimeout(resolve, 100))
-    expect(lifecycle!.current().parts.keys.byKey.get('moved')).toBeUndefined()
+    expect(lifecycle!.current().indexes.keys.byKey.get('moved')).toBeUndefined()
   })
 
   it('removes an organization only once the keys moving out of it are read', async () => {
@@ -145,8 +145,8 @@ describe('the lifecycle of the data', () => {
     const orphaned: string[] = []
     lifecycle.follow({
       info () {
-        const key = lifecycle!.current().parts.keys.byKey.get('alpha-standard')!
-        if (lifecycle!.current().parts.organizations.byKey.get(key.organization_id) === undefined) orphaned.push(key.organization_id)
+        const key = lifecycle!.current().indexes.keys.byKey.get('alpha-standard')!
+        if (lifecycle!.current().indexes.organizations.byKey.get(key.organization_id) === undefined) orphaned.push(key.organization_id)
       },
       error () {},
       warn () {}
@@ -161,10 +161,10 @@ describe('the lifecycle of the data', () => {
     source.change('keys', moved)
     await expect.poll(() => source.reads.filter((read) => read.kind === 'organizations').length).toBe(2)
     await new Promise((resolve) => setTimeout(resolve, 50))
-    expect(lifecycle.current().parts.organizations.byKey.get('org_alpha')).toBeDefined()
+    expect(lifecycle.current().indexes.organizations.byKey.get('org_alpha')).toBeDefined()
     release()
-    await expect.poll(() => lifecycle!.current().parts.organizations.byKey.get('org_alpha')).toBeUndefined()
-    expect(lifecycle.current().parts.keys.byKey.get('alpha-standard')!.organization_id).toBe('org_beta')
+    await expect.poll(() => lifecycle!.current().indexes.organizations.byKey.get('org_alpha')).toBeUndefined()
+    expect(lifecycle.current().indexes.keys.byKey.get('alpha-standard')!.organization_id).toBe('org_beta')
     expect(orphaned).toEqual([])
   })
 })

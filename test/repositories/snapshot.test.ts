@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { applyChange, compactPart, createSnapshot, withRecords, type Snapshot } from '../../src/repositories/snapshot.js'
+import { applyChange, compactIndex, createSnapshot, withRecords, type Snapshot } from '../../src/repositories/snapshot.js'
 import type { ApiKey } from '../../src/schemas/fixtures.js'
 import { makeData, recordsOf, sha256 } from '../helper.js'
 
@@ -10,7 +10,7 @@ const keys = (count: number) => Array.from({ length: count }, (_, i) => key(i))
 
 /** The snapshot a change to the keys makes of `before`, read whole. */
 async function changed (before: Snapshot, next: readonly ApiKey[]) {
-  return before.withPart('keys', await applyChange(before.parts.keys, { kind: 'keys', all: next }), before.version + 1)
+  return before.withIndex('keys', await applyChange(before.indexes.keys, { kind: 'keys', all: next }), before.version + 1)
 }
 
 /** What a replica that loads these keys from scratch serves. */
@@ -61,7 +61,7 @@ describe('keys changed in a snapshot', () => {
     const before = await fresh(keys(20_000))
     const next = keys(20_000).map((k, i) => ({ ...k, sha256: sha256(`rotated${i}`) }))
     const after = await changed(before, next)
-    expect(after.parts.keys.table).not.toBe(before.parts.keys.table)
+    expect(after.indexes.keys.table).not.toBe(before.indexes.keys.table)
     expect(after.fingerprint).toBe((await fresh(next)).fingerprint)
     expect(after.findKey(sha256('k5'))).toBeUndefined()
     expect(after.findKey(sha256('rotated5'))).toEqual({ ...key(5), sha256: sha256('rotated5') })
@@ -71,8 +71,8 @@ describe('keys changed in a snapshot', () => {
     const before = await fresh(keys(20_000))
     const next = keys(100)
     const after = await changed(before, next)
-    expect(after.parts.keys.table).not.toBe(before.parts.keys.table)
-    expect(after.parts.keys.table.size).toBe(100)
+    expect(after.indexes.keys.table).not.toBe(before.indexes.keys.table)
+    expect(after.indexes.keys.table.size).toBe(100)
     expect(after.fingerprint).toBe((await fresh(next)).fingerprint)
     expect(after.findKey(sha256('k500'))).toBeUndefined()
   })
@@ -131,17 +131,17 @@ describe('keys changed in a snapshot', () => {
     for (let i = 0; i < 4200; i++) {
       const next = key(10_000 + i)
       expected.push(next)
-      snapshot = snapshot.withPart('keys', await applyChange(snapshot.parts.keys, { kind: 'keys', upsert: [next], remove: [`clé-${i % 500}`] }), snapshot.version + 1)
+      snapshot = snapshot.withIndex('keys', await applyChange(snapshot.indexes.keys, { kind: 'keys', upsert: [next], remove: [`clé-${i % 500}`] }), snapshot.version + 1)
       if (i < 500) expected.splice(expected.findIndex((k) => k.name === `clé-${i}`), 1)
     }
-    const from = snapshot.parts.keys
-    const compacted = (await compactPart<'keys'>(from))!
+    const from = snapshot.indexes.keys
+    const compacted = (await compactIndex<'keys'>(from))!
     expect(compacted).toBeDefined()
     // A change installed while the compaction ran, carried over onto it as the lifecycle does.
     const later = withRecords<'keys'>(compacted, [key(99_999)], ['key-10000'])
     expect(later.table).toBe(compacted.table)
     expect(later.table).not.toBe(from.table)
-    const served = snapshot.withPart('keys', later, snapshot.version + 1)
+    const served = snapshot.withIndex('keys', later, snapshot.version + 1)
     const final = [...expected.filter((k) => k.name !== 'key-10000'), key(99_999)]
     expect(served.fingerprint).toBe((await fresh(final)).fingerprint)
     expect(recordsOf(served).keys).toEqual(recordsOf(await fresh(final)).keys)

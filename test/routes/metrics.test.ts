@@ -66,9 +66,9 @@ describe('GET /metrics', () => {
     expect(valueOf(before, 'directory_records{kind="providers"}')).toBe(3)
     expect(valueOf(before, 'directory_records{kind="members"}')).toBe(253)
     expect(valueOf(before, 'directory_records{kind="keys"}')).toBe(4)
-    expect(valueOf(before, 'directory_reloads_total{kind="providers",outcome="succeeded"}')).toBe(0)
-    const loadedAt = valueOf(before, 'directory_snapshot_loaded_timestamp_seconds')!
-    expect(loadedAt * 1000).toBe(directory.info().loadedAt)
+    expect(valueOf(before, 'directory_changes_total{kind="providers",outcome="succeeded"}')).toBe(0)
+    const loadedAt = valueOf(before, 'directory_snapshot_installed_timestamp_seconds')!
+    expect(loadedAt * 1000).toBe(directory.info().installedAt)
 
     await directory.install(makeData({ providers: [makeProvider(9)] }))
     directory.refused('keys')
@@ -76,9 +76,9 @@ describe('GET /metrics', () => {
     expect(valueOf(after, 'directory_records{kind="providers"}')).toBe(1)
     expect(valueOf(after, 'directory_snapshot_version')).toBe(2)
     expect(valueOf(after, `directory_snapshot_info{source="files",fingerprint="${fingerprint}"}`)).toBeUndefined()
-    expect(valueOf(after, 'directory_reloads_total{kind="providers",outcome="succeeded"}')).toBe(1)
-    expect(valueOf(after, 'directory_reloads_total{kind="keys",outcome="failed"}')).toBe(1)
-    expect(valueOf(after, 'directory_snapshot_loaded_timestamp_seconds')! * 1000).toBe(directory.info().loadedAt)
+    expect(valueOf(after, 'directory_changes_total{kind="providers",outcome="succeeded"}')).toBe(1)
+    expect(valueOf(after, 'directory_changes_total{kind="keys",outcome="failed"}')).toBe(1)
+    expect(valueOf(after, 'directory_snapshot_installed_timestamp_seconds')! * 1000).toBe(directory.info().installedAt)
   })
 
   it('counts rate-limit refusals by bucket', async () => {

@@ -182,8 +182,8 @@ describe('following changes to the folder', () => {
     const next = await watched.until((data) => data.providers[0]?.slug === 'provider-7')
     expect(next.providers).toEqual([makeProvider(7)])
     // Not read again, so not derived again: the same parts.
-    expect(lifecycle.current().parts.organizations).toBe(before.parts.organizations)
-    expect(lifecycle.current().parts.keys).toBe(before.parts.keys)
+    expect(lifecycle.current().indexes.organizations).toBe(before.indexes.organizations)
+    expect(lifecycle.current().indexes.keys).toBe(before.indexes.keys)
   })
 
   it('installs a file replaced by rename, as editors and mv do', async () => {
@@ -276,7 +276,7 @@ describe('following changes to the folder', () => {
         await sleep(100)
       }
     })()
-    const served = () => lifecycle.current().parts.providers.records[0]!.slug
+    const served = () => lifecycle.current().indexes.providers.records[0]!.slug
     try {
       await expect.poll(served, { timeout: 15_000, interval: 20 }).not.toBe('provider-0')
     } finally {
@@ -285,8 +285,8 @@ describe('following changes to the folder', () => {
     }
     // One generation, whole: its providers with its keys.
     const n = Number(served().slice('provider-'.length))
-    expect(lifecycle.current().parts.keys.byKey.get(`generation-${n}`)).toBeDefined()
-    expect(lifecycle.current().parts.keys.byKey.size).toBe(40_001)
+    expect(lifecycle.current().indexes.keys.byKey.get(`generation-${n}`)).toBeDefined()
+    expect(lifecycle.current().indexes.keys.byKey.size).toBe(40_001)
   }, 60_000)
 
   it('refuses a bad file alone, naming file, record and field, installs the other files changed, and installs the fix', async () => {
@@ -294,7 +294,7 @@ describe('following changes to the folder', () => {
     await follow()
     await writeFile(join(dir, 'providers.json'), JSON.stringify([makeProvider(1, { headquarters: 'ZZ' })]))
     await writeFile(join(dir, 'keys.json'), JSON.stringify(makeData().keys.slice(1)))
-    expect(await watched.refusal()).toMatchObject({ part: 'providers', problem: 'providers.json: [0].headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code' })
+    expect(await watched.refusal()).toMatchObject({ kind: 'providers', problem: 'providers.json: [0].headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code' })
     const after = await watched.until((data) => data.keys.length === 3)
     expect(after.providers).toEqual(makeData().providers)
     await writeFile(join(dir, 'providers.json'), JSON.stringify([makeProvider(2)]))
@@ -313,7 +313,7 @@ describe('following changes to the folder', () => {
     await rename(join(dir, 'keys.json.tmp'), join(dir, 'keys.json'))
     const refusal = await watched.refusal()
     clearInterval(timer)
-    expect(refusal).toEqual({ part: 'keys', problem: `keys.json: ${name.length + 137} bytes, over the limit of 8388608 (8 MiB) for a data file: larger data belongs in PostgreSQL` })
+    expect(refusal).toEqual({ kind: 'keys', problem: `keys.json: ${name.length + 137} bytes, over the limit of 8388608 (8 MiB) for a data file: larger data belongs in PostgreSQL` })
     expect(rss - rssBefore).toBeLessThan(64 * 1024 * 1024)
   })
 
@@ -407,7 +407,7 @@ describe('a large file that is not valid, renamed into the folder of a server', 
     const rssBefore = process.memoryUsage.rss()
     await rename(join(folder, 'keys.json.tmp'), join(folder, 'keys.json'))
     const refusal = await watched.refusal()
-    expect(refusal).toEqual({ part: 'keys', problem: `keys.json: ${size} bytes, over the limit of 8388608 (8 MiB) for a data file: larger data belongs in PostgreSQL` })
+    expect(refusal).toEqual({ kind: 'keys', problem: `keys.json: ${size} bytes, over the limit of 8388608 (8 MiB) for a data file: larger data belongs in PostgreSQL` })
     expect(lifecycle.current().counts().keys).toBe(makeData().keys.length)
     expect(process.memoryUsage.rss() - rssBefore).toBeLessThan(64 * 1024 * 1024)
   }, 60_000)

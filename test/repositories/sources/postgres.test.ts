@@ -190,9 +190,9 @@ describe('following changes', () => {
     await setProvider('provider-2', { name: 'Renamed' })
     await until((data) => data.providers[1]?.name === 'Renamed')
     const after = lifecycle.current()
-    expect(after.parts.endpoints).toBe(before.parts.endpoints)
-    expect(after.parts.organizations).toBe(before.parts.organizations)
-    expect(after.parts.keys).toBe(before.parts.keys)
+    expect(after.indexes.endpoints).toBe(before.indexes.endpoints)
+    expect(after.indexes.organizations).toBe(before.indexes.organizations)
+    expect(after.indexes.keys).toBe(before.indexes.keys)
     const res = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
     expect(names(res)).toEqual(['Provider 1', 'Renamed', 'Provider 3'])
   })
@@ -203,16 +203,16 @@ describe('following changes', () => {
     expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(200)
     await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
     await until((data) => data.keys.length === 3)
-    expect(lifecycle.current().parts.organizations).toBe(before.parts.organizations)
+    expect(lifecycle.current().indexes.organizations).toBe(before.indexes.organizations)
     // The other keys stay in the table they were read into; the deletion is a tombstone above it.
-    expect(lifecycle.current().parts.keys.table).toBe(before.parts.keys.table)
+    expect(lifecycle.current().indexes.keys.table).toBe(before.indexes.keys.table)
     expect(lifecycle.current().findKey(sha256(KEYS.alphaManagement))).toEqual(before.findKey(sha256(KEYS.alphaManagement)))
     expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(401)
   })
 
   it('reads again the members of the organization that changed, and only those', async () => {
     const { app, lifecycle, until } = await follow()
-    const alphaBefore = lifecycle.current().parts.organizations.byKey.get('org_alpha')
+    const alphaBefore = lifecycle.current().indexes.organizations.byKey.get('org_alpha')
     // Imported members hold positions 0, 1, 2: this one ties with the second, and comes after it by id.
     await admin.query("INSERT INTO members (organization_id, id, position, email, first_name, last_name, role) VALUES ('org_beta', 'user_new', 1, 'new@beta.example', 'New', null, 'org:member')")
     const after = await until((data) => data.organizations[1]?.members.length === 4)
@@ -260,7 +260,7 @@ describe('following changes', () => {
     const { app, refusal, until } = await follow()
     const before = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
     await setProvider('provider-2', { headquarters: 'ZZ' })
-    expect(await refusal()).toEqual({ part: 'providers', problem: 'table providers, row slug "provider-2": headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code' })
+    expect(await refusal()).toEqual({ kind: 'providers', problem: 'table providers, row slug "provider-2": headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code' })
     const during = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
     expect(during.body).toBe(before.body)
     expect(during.headers.etag).toBe(before.headers.etag)
@@ -274,7 +274,7 @@ describe('following changes', () => {
   it('revokes a key deleted in the same transaction as a change to a part whose last change was refused', async () => {
     const { app, refusal, until } = await follow()
     await setProvider('provider-2', { headquarters: 'ZZ' })
-    expect((await refusal()).part).toBe('providers')
+    expect((await refusal()).kind).toBe('providers')
     // The bad row is still there: the providers part is refused again, the key goes anyway.
     await admin.query('BEGIN')
     await setProvider('provider-1', { name: 'Renamed' })
@@ -282,7 +282,7 @@ describe('following changes', () => {
     await admin.query('COMMIT')
     await until((data) => data.keys.length === 3)
     expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(401)
-    expect((await refusal()).part).toBe('providers')
+    expect((await refusal()).kind).toBe('providers')
     expect(names(await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaManagement) }))).toEqual(['Provider 1', 'Provider 2', 'Provider 3'])
     // Fixing the bad row brings the whole part back, the rename with it.
     await setProvider('provider-2', { headquarters: 'DE' })
@@ -294,7 +294,7 @@ describe('following changes', () => {
     // A database whose operator dropped a constraint: the replicas still check.
     await admin.query('ALTER TABLE members DROP CONSTRAINT IF EXISTS members_email_check')
     await admin.query("UPDATE members SET email = 'a@b.c d' WHERE organization_id = 'org_beta' AND id = 'user_beta_1'")
-    expect(await refusal()).toEqual({ part: 'organizations', problem: 'table members, row organization_id "org_beta", id "user_beta_1": email: "a@b.c d" is not an e-mail address' })
+    expect(await refusal()).toEqual({ kind: 'organizations', problem: 'table members, row organization_id "org_beta", id "user_beta_1": email: "a@b.c d" is not an e-mail address' })
   })
 
   it.each([
@@ -306,7 +306,7 @@ describe('following changes', () => {
     const { app, refusal } = await follow()
     await admin.query(`ALTER TABLE keys DROP CONSTRAINT IF EXISTS ${constraint}`)
     await admin.query(sql)
-    expect(await refusal()).toEqual({ part: 'keys', problem: `table keys, row name "alpha-standard": ${problem}` })
+    expect(await refusal()).toEqual({ kind: 'keys', problem: `table keys, row name "alpha-standard": ${problem}` })
     // The key keeps its last good record.
     expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(200)
   })
@@ -321,7 +321,7 @@ describe('following changes', () => {
     await admin.query(`INSERT INTO keys SELECT 'many-' || i, encode(sha256(('many-' || i)::bytea), 'hex'), 'standard', 'org_alpha' FROM generate_series(1, 50000) AS i`)
     await setProvider('provider-1', { name: 'Renamed' })
     await admin.query('COMMIT')
-    expect(await refusal()).toEqual({ part: 'keys', problem: 'table keys, row name "bad": kind: "admin" is not one of "standard", "management"' })
+    expect(await refusal()).toEqual({ kind: 'keys', problem: 'table keys, row name "bad": kind: "admin" is not one of "standard", "management"' })
     await until((data) => data.providers[0]?.name === 'Renamed')
     expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(200)
     await admin.query("DELETE FROM keys WHERE name = 'bad'")
@@ -517,7 +517,7 @@ describe('notices and reads that another role or the network spoils', () => {
     await admin.query(`INSERT INTO members (organization_id, id, position, email, role)
       SELECT 'org_big', 'user_' || i, i, 'user' || i || '@big.example', 'org:member' FROM generate_series(1, 200000) AS i`)
     const { lifecycle, until } = await follow()
-    const bigRead = () => lifecycle.current().parts.organizations.byKey.get('org_big')!.members.slice(0, 1)[0]!.first_name
+    const bigRead = () => lifecycle.current().indexes.organizations.byKey.get('org_big')!.members.slice(0, 1)[0]!.first_name
     await admin.query("UPDATE members SET first_name = 'Renamed' WHERE organization_id = 'org_big'")
     await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
     await until((data) => data.keys.length === 3)
@@ -533,10 +533,10 @@ describe('notices and reads that another role or the network spoils', () => {
     await admin.query(`INSERT INTO keys SELECT 'more-' || i, encode(sha256(('more-' || i)::bytea), 'hex'), 'standard', 'org_alpha' FROM generate_series(1, 5000) AS i`)
     await new Promise((resolve) => setTimeout(resolve, 30))
     await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
-    await expect.poll(() => lifecycle.current().parts.keys.byKey.get('alpha-standard'), { timeout: 20_000, interval: 5 }).toBeUndefined()
+    await expect.poll(() => lifecycle.current().indexes.keys.byKey.get('alpha-standard'), { timeout: 20_000, interval: 5 }).toBeUndefined()
     expect(lifecycle.current().counts().keys).toBe(300_003)
     await expect.poll(() => lifecycle.current().counts().keys, { timeout: 20_000 }).toBe(305_003)
-    expect(lifecycle.current().parts.keys.byKey.get('alpha-standard')).toBeUndefined()
+    expect(lifecycle.current().indexes.keys.byKey.get('alpha-standard')).toBeUndefined()
   }, 60_000)
 
   it('never installs a key ahead of the organization created before it, and refuses a bad member row alone', async () => {
@@ -551,8 +551,8 @@ describe('notices and reads that another role or the network spoils', () => {
     lifecycle.follow({
       info (_object, message) {
         if (message !== 'change installed') return
-        const key = lifecycle.current().parts.keys.byKey.get('alpha-standard')!
-        if (lifecycle.current().parts.organizations.byKey.get(key.organization_id) === undefined) orphans.push(key.organization_id)
+        const key = lifecycle.current().indexes.keys.byKey.get('alpha-standard')!
+        if (lifecycle.current().indexes.organizations.byKey.get(key.organization_id) === undefined) orphans.push(key.organization_id)
       },
       error (object: { problem?: string }) { refusals.push(object.problem ?? '') },
       warn () {}
@@ -566,11 +566,11 @@ describe('notices and reads that another role or the network spoils', () => {
     await admin.query("INSERT INTO organizations (id, name) VALUES ('org_fresh', 'Fresh')")
     await new Promise((resolve) => setTimeout(resolve, 100))
     await admin.query("UPDATE keys SET organization_id = 'org_fresh' WHERE name = 'alpha-standard'")
-    await expect.poll(() => lifecycle.current().parts.keys.byKey.get('alpha-standard')!.organization_id, { timeout: 20_000 }).toBe('org_fresh')
+    await expect.poll(() => lifecycle.current().indexes.keys.byKey.get('alpha-standard')!.organization_id, { timeout: 20_000 }).toBe('org_fresh')
     expect(orphans).toEqual([])
     // The other organizations' changes went in; the bad one keeps its last good record.
-    await expect.poll(() => lifecycle.current().parts.organizations.byKey.get('org_8')!.members.slice(0, 1)[0]!.first_name, { timeout: 20_000 }).toBe('Renamed')
-    expect(lifecycle.current().parts.organizations.byKey.get('org_7')!.members.slice(0, 1)[0]!.first_name).toBeNull()
+    await expect.poll(() => lifecycle.current().indexes.organizations.byKey.get('org_8')!.members.slice(0, 1)[0]!.first_name, { timeout: 20_000 }).toBe('Renamed')
+    expect(lifecycle.current().indexes.organizations.byKey.get('org_7')!.members.slice(0, 1)[0]!.first_name).toBeNull()
     expect(refusals[0]).toBe('table members, row organization_id "org_7", id "user_1": email: "a\u00a0b@x.example" is not an e-mail address')
   }, 60_000)
 })
