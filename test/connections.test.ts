@@ -113,15 +113,12 @@ describe('the connection cap', () => {
     first.destroy()
     await gone
     // The server counts the connection as gone once it has seen it close.
-    for (;;) {
+    await expect.poll(async () => {
       const fourth = await openConnection(portOf(app))
       const answer = await exchange(fourth, request)
       fourth.destroy()
-      if (answer !== undefined) {
-        expect(answer.status).toBe(200)
-        break
-      }
-    }
+      return answer?.status
+    }, { timeout: 10_000, interval: 1 }).toBe(200)
     second.destroy()
   })
 })

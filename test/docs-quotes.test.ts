@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import pg from 'pg'
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../src/config.js'
 import { startPostgres, type PostgresServer } from './postgres.js'
 import { BUNDLED_MANAGEMENT_KEY, failToStart, freePort, startServer, type RunningServer } from './process.js'
@@ -30,11 +30,11 @@ function asQuoted (line: string) {
 
 /** The first line of a server's output whose message starts with `message`. */
 async function logLine (server: RunningServer, message: string, after = 0) {
-  for (;;) {
+  return await vi.waitFor(() => {
     const line = server.output().slice(after).split('\n').find((text) => text.includes(`"msg":"${message}`))
-    if (line) return line
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
+    if (line === undefined) throw new Error(`no log line says ${message}`)
+    return line
+  }, { timeout: 30_000, interval: 20 })
 }
 
 const folders: string[] = []
@@ -241,7 +241,7 @@ describe('the lines a server on files writes, as the docs quote them', () => {
 
     const { stdout: key } = await run(process.execPath, ['dist/cli/mint-key.js', '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'minted', '--fixtures-dir', folder])
     const status = async () => (await fetch(`${server.url}/v1/providers`, { headers: { authorization: `Bearer ${key.trim()}` } })).status
-    while (await status() !== 200) await new Promise((resolve) => setTimeout(resolve, 20))
+    await expect.poll(status, { timeout: 10_000, interval: 20 }).toBe(200)
     await expectQuoted('docs/decisions.md', 'a key minted while `providers.json` is bad is accepted')
   })
 

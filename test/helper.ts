@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { open, stat } from 'node:fs/promises'
 import { Writable } from 'node:stream'
-import { TestRunner, onTestFinished } from 'vitest'
+import { TestRunner, onTestFinished, vi } from 'vitest'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, type LogOptions } from '../src/app.js'
 import type { Lifecycle, Snapshots, SnapshotInfo } from '../src/repositories/lifecycle.js'
@@ -258,15 +258,11 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
       warnings.push(`${message}: ${object.problem ?? ''}`)
     }
   })
-  const poll = async <T>(what: string, found: () => T | undefined): Promise<T> => {
-    const deadline = Date.now() + timeoutMs
-    for (;;) {
-      const value = found()
-      if (value !== undefined) return value
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-      await new Promise((resolve) => setTimeout(resolve, 10))
-    }
-  }
+  const poll = async <T>(what: string, found: () => T | undefined): Promise<T> => await vi.waitFor(() => {
+    const value = found()
+    if (value === undefined) throw new Error(`timed out waiting for ${what}`)
+    return value
+  }, { timeout: timeoutMs, interval: 10 })
   return {
     until: (test: (data: ReturnType<typeof recordsOf>) => boolean) => poll('a snapshot', () => {
       const data = recordsOf(lifecycle.current())

@@ -1,7 +1,7 @@
 import { mkdir, mkdtemp, rename, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { FIXTURE_FILES } from '../src/repositories/sources/files.js'
 import { RECORD_KINDS, type DirectoryData } from '../src/repositories/records.js'
 import { KEYS, makeData, sha256 } from './helper.js'
@@ -31,11 +31,12 @@ const status = async (path: string, key: string) => (await fetch(`${server!.url}
 
 /** Waits for the log line that says `message`, however long the test's own timeout allows. */
 async function logLine (message: string, after = 0) {
-  for (;;) {
-    const line = server!.output().slice(after).split('\n').find((text) => text.includes(`"msg":"${message}"`))
-    if (line) return JSON.parse(line) as Record<string, unknown>
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
+  const line = await vi.waitFor(() => {
+    const found = server!.output().slice(after).split('\n').find((text) => text.includes(`"msg":"${message}"`))
+    if (found === undefined) throw new Error(`no log line says ${message}`)
+    return found
+  }, { timeout: 30_000, interval: 20 })
+  return JSON.parse(line) as Record<string, unknown>
 }
 
 describe('data that changes while the server runs (files)', () => {

@@ -1,6 +1,5 @@
 import { connect, type Socket } from 'node:net'
 import { once } from 'node:events'
-import { setImmediate as nextTurn } from 'node:timers/promises'
 import type { AddressInfo } from 'node:net'
 import { describe, expect, it } from 'vitest'
 import { KEYS, bearer, build, makeData } from './helper.js'
@@ -12,15 +11,11 @@ import { parseAnswer } from './raw-http.js'
  * that it has stopped listening: ask again until it has (the test's own timeout bounds the wait).
  */
 async function refusesConnections (port: number) {
-  for (;;) {
-    const outcome = await new Promise((resolve) => {
-      const socket = connect(port, '127.0.0.1')
-      socket.on('connect', () => { socket.destroy(); resolve('accepted') })
-      socket.on('error', (error: NodeJS.ErrnoException) => resolve(error.code))
-    })
-    if (outcome === 'ECONNREFUSED') return
-    await nextTurn()
-  }
+  await expect.poll(() => new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    socket.on('connect', () => { socket.destroy(); resolve('accepted') })
+    socket.on('error', (error: NodeJS.ErrnoException) => resolve(error.code))
+  }), { timeout: 30_000, interval: 1 }).toBe('ECONNREFUSED')
 }
 
 /** Reads one whole HTTP/1.1 answer (the server closes the connection after it while shutting down). */

@@ -164,12 +164,6 @@ const organizationRules: KeyedRules<Organization> = {
   hashOf: (organization) => hash52(`${organization.id}\u0000${organization.name}\u0000${organization.members.version}`)
 }
 
-/**
- * Changes larger than this build a new base rather than an overlay that would be folded at once; an
- * overlay change is applied in one pass, and this many take some 60 ms.
- */
-const REBUILD_FROM = 16384
-
 /** The changes that `upsert` and `remove` make to `old`: a record equal to the one in place is none. */
 function changesTo<T> (old: LayeredMap<string, T>, upsert: readonly T[], remove: readonly string[], rules: KeyedRules<T>): Array<Edit<T>> {
   const changes: Array<Edit<T>> = []
@@ -195,52 +189,22 @@ function sumAfter<T> (sum: number, changes: ReadonlyArray<Edit<T>>, rules: Keyed
 }
 
 async function applyOrganizations (previous: OrganizationIndex | undefined, change: Change<'organizations'>): Promise<OrganizationIndex> {
-  const slicer = createSlicer()
-  const old = previous?.byKey
-  let changes: Array<Edit<Organization>>
-  if ('all' in change) {
-    const records = change.all
-    if (old === undefined) return await build(records)
-    // Only what differs from the index in place: the rest keeps its objects and its place.
-    const seen = new Set<string>()
-    const changed: Organization[] = []
-    for (const record of records) {
-      seen.add(record.id)
-      const before = old.get(record.id)
-      if (before === undefined || !organizationRules.same(before, record)) changed.push(record)
-      if (slicer.due()) await slicer.pause()
-    }
-    const gone: string[] = []
-    for (const record of old.values()) {
-      if (!seen.has(record.id)) gone.push(record.id)
-      if (slicer.due()) await slicer.pause()
-    }
-    if (changed.length + gone.length > REBUILD_FROM) {
-      // Keep the objects of the records that did not change: their derived forms go on being shared.
-      return await build(records.map((record) => {
-        const before = old.get(record.id)
-        return before !== undefined && organizationRules.same(before, record) ? before : record
-      }))
-    }
-    changes = changesTo(old, changed, gone, organizationRules)
-  } else {
+  if (!('all' in change)) {
     if (previous === undefined) throw new Error('a change of named records needs the index it changes')
-    changes = changesTo(previous.byKey, change.upsert, change.remove, organizationRules)
+    return withOrganizationChanges(previous, changesTo(previous.byKey, change.upsert, change.remove, organizationRules))
   }
-  return withOrganizationChanges(previous!, changes)
-
-  async function build (records: readonly Organization[]): Promise<OrganizationIndex> {
-    const map = new Map<string, Organization>()
-    let sum = 0
-    let members = 0
-    for (const record of records) {
-      map.set(record.id, record)
-      sum = (sum + organizationRules.hashOf(record)) % HASH_RANGE
-      members += record.members.length
-      if (slicer.due()) await slicer.pause()
-    }
-    return { byKey: LayeredMap.of(map), sum, members }
+  // Every organization: a new base, the index in place left as it is.
+  const slicer = createSlicer()
+  const map = new Map<string, Organization>()
+  let sum = 0
+  let members = 0
+  for (const record of change.all) {
+    map.set(record.id, record)
+    sum = (sum + organizationRules.hashOf(record)) % HASH_RANGE
+    members += record.members.length
+    if (slicer.due()) await slicer.pause()
   }
+  return { byKey: LayeredMap.of(map), sum, members }
 }
 
 function withOrganizationChanges (previous: OrganizationIndex, changes: ReadonlyArray<Edit<Organization>>): OrganizationIndex {

@@ -174,47 +174,13 @@ async function readList (client: pg.ClientBase, kind: RecordKind): Promise<Chang
 }
 
 /**
- * Rows fetched at a time through a cursor. Node.js parses whatever has reached the socket in one
- * go (up to 32 reads of 64 KiB) before the next request gets a turn, and a batch lives until the
- * next: some 2,000 rows (250 KB) keep both short, and die young.
+ * The rows of a query of text columns, in batches: a whole table (no values) by COPY, a chunk at a
+ * time, which costs half what a cursor does (BENCHMARKS.md, "PostgreSQL"); the rows a notice names
+ * (at most 10,000 names) in one query, since COPY takes no parameters.
  */
-const BATCH_ROWS = 2_000
-
-let cursors = 0
-
-/**
- * The rows of `query`, BATCH_ROWS at a time, through a cursor of the transaction the client is in.
- * The next batch is asked for before this one is handed over, so that PostgreSQL reads it while
- * this one is worked through. The cursor is closed however the reading ends.
- */
-async function * cursorRows (client: pg.ClientBase, query: { text: string, values?: unknown[] }): AsyncGenerator<TextRow[]> {
-  const cursor = `directory_rows_${++cursors}`
-  await client.query({ text: `DECLARE ${cursor} NO SCROLL CURSOR FOR ${query.text}`, values: query.values })
-  const fetch = () => client.query<TextRow>({ text: `FETCH ${BATCH_ROWS} FROM ${cursor}`, rowMode: 'array' })
-  let next: ReturnType<typeof fetch> | undefined = fetch()
-  let read = false
-  try {
-    while (next !== undefined) {
-      const { rows }: { rows: TextRow[] } = await next
-      next = rows.length === BATCH_ROWS ? fetch() : undefined
-      yield rows
-    }
-    read = true
-  } finally {
-    // Left before the end (a bad row): the batch asked for is not wanted, nor is how its fetch ends.
-    next?.catch(() => {})
-    // Closed for the reads that follow in the transaction; if the connection is what failed, its error is the one to tell.
-    const closed = client.query(`CLOSE ${cursor}`)
-    await (read ? closed : closed.catch(() => {}))
-  }
-}
-
-/**
- * The rows of a query of text columns, in batches: a whole table (no values) by COPY, which costs
- * half as much (BENCHMARKS.md); the rows a notice names through a cursor, since COPY takes no parameters.
- */
-function rowsOf (client: pg.ClientBase, query: { text: string, values?: unknown[] }): AsyncGenerator<TextRow[]> {
-  return query.values === undefined ? copyRows(client, query.text) : cursorRows(client, query)
+async function * rowsOf (client: pg.ClientBase, query: { text: string, values?: unknown[] }): AsyncGenerator<TextRow[]> {
+  if (query.values === undefined) yield * copyRows(client, query.text)
+  else yield (await client.query<TextRow>({ ...query, rowMode: 'array' })).rows
 }
 
 /**

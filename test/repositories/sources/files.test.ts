@@ -243,8 +243,7 @@ describe('following changes to the folder', () => {
     await symlink('..v2', join(dir, '..data_tmp'))
     await rename(join(dir, '..data_tmp'), join(dir, '..data'))
     const moved = () => recordsOf(lifecycle.current()).keys.every((key) => key.organization_id === 'org_moved')
-    for (const deadline = Date.now() + 20_000; !moved() && Date.now() < deadline;) await new Promise((resolve) => setTimeout(resolve, 10))
-    expect(moved()).toBe(true)
+    await expect.poll(moved, { timeout: 20_000, interval: 10 }).toBe(true)
     expect(orphans).toEqual([])
   }, 30_000)
 

@@ -311,7 +311,7 @@ describe('following changes', () => {
     expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(200)
   })
 
-  it('installs the other parts of a whole read stopped by a bad key row, and takes the fix', async () => {
+  it('installs the other kinds of a whole read stopped by a bad key row, and takes the fix', async () => {
     const { app, refusal, until } = await follow()
     await admin.query('ALTER TABLE keys DROP CONSTRAINT IF EXISTS keys_kind_check')
     // Too many names for a notice: keys are read whole, and the read stops at the bad row with most
@@ -372,10 +372,10 @@ describe('following changes', () => {
         /** Until PostgreSQL has run the replica's statement like `pattern` (its last one, as pg_stat_activity shows it). */
         const ran = (pattern: string) => expect.poll(async () => (await admin.query('SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE $1', [pattern])).rows.length, { interval: 2, timeout: 10_000 }).toBeGreaterThan(0)
         await admin.query("UPDATE members SET email = 'first@big.example' WHERE organization_id = 'org_big' AND id = 'user_100'")
-        await ran('DECLARE % FROM organizations %')
+        await ran('SELECT id, name FROM organizations WHERE %')
         // After the read's snapshot: this read does not see it, and the next must read it.
         await admin.query("DELETE FROM members WHERE organization_id = 'org_big' AND id = 'user_2500'")
-        await ran('CLOSE %')
+        await ran('SELECT organization_id, id, email, first_name, last_name, role FROM members WHERE %')
         await new Promise((resolve) => setTimeout(resolve, 150))
         // Noticed after the read went on to the members: the next read must cover both.
         await admin.query("UPDATE members SET email = 'third@big.example' WHERE organization_id = 'org_big' AND id = 'user_4900'")
@@ -433,7 +433,7 @@ describe('following changes', () => {
     }, 30_000)
   })
 
-  it('reads every part again on reload()', async () => {
+  it('reads every kind again on reload()', async () => {
     const { lifecycle, installs } = await follow()
     lifecycle.reload()
     expect(await installs(4)).toBe(4)
