@@ -5,6 +5,19 @@ import { DataError } from './data-error.js'
 /** The most members an organization may have. */
 const MAX_MEMBERS = 1 << 24
 
+/** A page of an organization's members. */
+export interface MemberPage {
+  /** `{"data": Member[], "total_count": n}` as JSON. */
+  json: Buffer
+  /**
+   * The version of the organization's members: the same members give the same version on every
+   * replica, and any change of a member gives another. With the offset and the limit, it names the page.
+   */
+  version: string
+}
+
+const PAGE_START = Buffer.from('{"data":[')
+
 /**
  * The members of an organization as the snapshot holds them: their JSON texts in one buffer, joined
  * by commas, and where each ends. A page is a slice of the buffer, whatever the size of the
@@ -14,6 +27,8 @@ const MAX_MEMBERS = 1 << 24
 export class MemberList {
   /** SHA-1 of the members' JSON: changes whenever a member does, and is the same on every replica. */
   readonly version: string
+  /** The end of every page, made by the first. */
+  private pageEnd: Buffer | undefined
 
   private constructor (
     private readonly text: Buffer,
@@ -40,6 +55,12 @@ export class MemberList {
 
   get length (): number {
     return this.ends.length
+  }
+
+  /** A page of the members: a slice of their texts between two brackets, whatever their number. */
+  page (offset: number, limit: number): MemberPage {
+    this.pageEnd ??= Buffer.from(`],"total_count":${this.length}}`)
+    return { json: Buffer.concat([PAGE_START, this.json(offset, Math.min(offset + limit, this.length)), this.pageEnd]), version: this.version }
   }
 
   /** The JSON texts of members `start` to `end` (excluded), comma-separated. */

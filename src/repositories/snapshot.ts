@@ -6,7 +6,7 @@ import { createSlicer } from './slices.js'
 import { KINDS, RECORD_KINDS, type Held, type Organization, type RecordKind } from './records.js'
 import type { Change, Whole } from './source.js'
 import { serializeList, type SerializedList } from '../representation.js'
-import { memberPagesOf, type MemberPage } from './views.js'
+import type { MemberPage } from './member-list.js'
 
 /** A list served whole (providers, endpoints): its records and its body, serialized once. */
 interface ListIndex<T> {
@@ -82,7 +82,7 @@ export class Snapshot {
   /** A page of the organization's members, or undefined when the organization does not exist. */
   memberPage (organizationId: string, offset: number, limit: number): MemberPage | undefined {
     const organization = this.indexes.organizations.byKey.get(organizationId)
-    return organization && memberPagesOf(organization.members).page(offset, limit)
+    return organization?.members.page(offset, limit)
   }
 
   counts (): RecordCounts {
