@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto'
 import { brotliCompress, brotliCompressSync, constants as zlib, gzip, gzipSync } from 'node:zlib'
+import { LRUCache } from 'lru-cache'
 
 /** The content codings a body is sent in. */
 export type Coding = 'identity' | 'gzip' | 'br'
@@ -86,27 +87,49 @@ export interface PageSource {
 }
 
 /**
+ * Compressed pages, by tag, up to this many bytes of them: the pages clients ask for again (the
+ * first pages of the organizations in use) are compressed once, not on every request.
+ */
+export const COMPRESSED_PAGES_MAX_BYTES = 16 * 1024 * 1024
+
+/** The compressed pages an app keeps, by tag: least recently used out first. */
+export type CompressedPages = LRUCache<string, Buffer>
+
+export function compressedPages (maxBytes = COMPRESSED_PAGES_MAX_BYTES): CompressedPages {
+  return new LRUCache<string, Buffer>({ maxSize: maxBytes, sizeCalculation: (body) => body.length })
+}
+
+/**
  * A page in the coding the client prefers, tagged without hashing it: the list's version, the
  * page's bounds and the coding name the bytes, so two replicas with the same data give the same
  * tag, and any change of the list gives a new one. The body is compressed only when read (a
- * 304 needs none): synchronous zlib at fast levels (gzip 6, brotli 4), since a stream or the
- * thread pool costs more than the compression itself at this size.
+ * 304 needs none), and kept by its tag in `cache` (the tag names its bytes: a page kept never goes
+ * stale): synchronous zlib at fast levels (gzip 6, brotli 4), since a stream or the thread pool
+ * costs more than the compression itself at this size.
  */
 export class PageRepresentation implements Representation {
   readonly etag: string
   readonly coding: Coding
   readonly #json: Buffer
+  readonly #cache: CompressedPages
 
-  constructor ({ json, version }: PageSource, offset: number, limit: number, accepted: Coding) {
+  constructor ({ json, version }: PageSource, offset: number, limit: number, accepted: Coding, cache: CompressedPages) {
     this.#json = json
+    this.#cache = cache
     this.coding = json.length < COMPRESS_FROM_BYTES ? 'identity' : accepted
     this.etag = `"${version}.${offset}.${limit}.${this.coding}"`
   }
 
   get body (): Buffer {
-    const json = this.#json
-    if (this.coding === 'gzip') return gzipSync(json, PAGE_GZIP)
-    if (this.coding === 'br') return brotliCompressSync(json, { params: { ...PAGE_BROTLI, [zlib.BROTLI_PARAM_SIZE_HINT]: json.length } })
-    return json
+    if (this.coding === 'identity') return this.#json
+    let body = this.#cache.get(this.etag)
+    if (body === undefined) {
+      const json = this.#json
+      body = this.coding === 'gzip'
+        ? gzipSync(json, PAGE_GZIP)
+        : brotliCompressSync(json, { params: { ...PAGE_BROTLI, [zlib.BROTLI_PARAM_SIZE_HINT]: json.length } })
+      this.#cache.set(this.etag, body)
+    }
+    return body
   }
 }

@@ -1,6 +1,6 @@
 import Negotiator from 'negotiator'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { PageRepresentation, answerHeaders, type AnswerHeaders, type Coding, type PageSource, type Representation, type SerializedList } from '../../representation.js'
+import { PageRepresentation, answerHeaders, compressedPages, type AnswerHeaders, type Coding, type PageSource, type Representation, type SerializedList } from '../../representation.js'
 import { memoize } from '../../memoize.js'
 
 /** How a route sends its lists and pages. */
@@ -21,6 +21,7 @@ export interface Senders {
  */
 export function createSenders (vary: string): Senders {
   const listHeaders = new WeakMap<Representation, AnswerHeaders>()
+  const pages = compressedPages()
   function headersOfList (representation: Representation): AnswerHeaders {
     let headers = listHeaders.get(representation)
     if (headers === undefined) listHeaders.set(representation, headers = answerHeaders(representation, vary))
@@ -32,7 +33,7 @@ export function createSenders (vary: string): Senders {
       return send(request, reply, representation, headersOfList(representation))
     },
     sendPage (request, reply, page, offset, limit) {
-      const representation = new PageRepresentation(page, offset, limit, negotiate(request.headers['accept-encoding']))
+      const representation = new PageRepresentation(page, offset, limit, negotiate(request.headers['accept-encoding']), pages)
       return send(request, reply, representation, answerHeaders(representation, vary))
     }
   }
