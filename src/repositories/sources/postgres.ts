@@ -258,8 +258,9 @@ async function readOrganizations (client: pg.ClientBase, ids: readonly string[] 
       const problem = memberProblem(member, 0, 0)
       if (problem === undefined) members.push(member)
       else refused.set(organization, rowMessage(problem.replace(/^\[0\]\.members\[0\]\.?/, ''), 'members', `organization_id ${quoteValue(organization)}, id ${quoteValue(member.id)}`))
+      // A batch is a chunk of a COPY, or every row of the organizations a notice named, however many.
+      if (slicer.due()) await slicer.pause()
     }
-    if (slicer.overdue()) await slicer.pause()
   }
   finish()
   const organizations: Organization[] = []
