@@ -452,9 +452,11 @@ export function createPostgresSource ({ url, connectTimeoutMs, onRetry }: { url:
 
   /** One request of a read, in the read's transaction. */
   async function readKind (client: pg.ClientBase, { kind, keys }: ReadRequest): Promise<Change> {
-    if (KINDS[kind].held === 'list') return await readList(client, kind)
-    if (kind === 'keys') return await readKeys(client, keys)
-    return await readOrganizations(client, keys)
+    switch (KINDS[kind].held) {
+      case 'list': return await readList(client, kind)
+      case 'keys': return await readKeys(client, keys)
+      case 'organizations': return await readOrganizations(client, keys)
+    }
   }
 
   return {
