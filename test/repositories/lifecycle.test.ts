@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { createLifecycle, type Lifecycle } from '../../src/repositories/lifecycle.js'
-import type { RecordKind } from '../../src/repositories/records.js'
+import { DataError, type RecordKind } from '../../src/repositories/records.js'
 import type { Change, ReadRequest, Source, SourceEvents } from '../../src/repositories/source.js'
 import { MemberList } from '../../src/repositories/member-list.js'
 import type { ApiKey } from '../../src/schemas/fixtures.js'
@@ -23,16 +23,25 @@ function memorySource () {
     gates: new Map<string, Promise<void>>(),
     /** Reads of names that fail, as a name no table can hold makes them fail. */
     failing: new Set<string>(),
+    /** Kinds whose data is bad: refused, each alone. */
+    refusing: new Set<RecordKind>(),
+    /** Reads that fail before answering (a connection cut), however many come next. */
+    failNext: 0,
     change (kind: RecordKind, keys?: string[]) { events!.changed(kind, keys) },
     name: 'memory',
     location: 'memory',
-    async read (requests: readonly ReadRequest[]): Promise<Change[]> {
+    async read (requests: readonly ReadRequest[]): Promise<Array<Change | DataError>> {
       // One version: every kind asked for as it is now.
       const snapshots = requests.map(({ kind }) => records[kind].slice())
       for (const { kind, keys } of requests) reads.push({ kind, keys })
       for (const { kind, keys } of requests) await source.gates.get(`${kind}:${keys === 'all' ? 'all' : 'named'}`)
+      if (source.failNext > 0) {
+        source.failNext--
+        throw new Error('Connection terminated unexpectedly')
+      }
       return requests.map(({ kind, keys }, index) => {
         const snapshot = snapshots[index]!
+        if (source.refusing.has(kind)) return new DataError(`${kind}.json: [0]: bad`)
         if (keys === 'all') return { kind, all: snapshot } as unknown as Change
         if (keys.some((key) => source.failing.has(key))) throw new Error('invalid byte sequence for encoding "UTF8": 0x00')
         const upsert = snapshot.filter((record) => keys.includes(record[keyOf[kind]] as string))
@@ -72,6 +81,63 @@ async function keyIntoOrganizationBeingRead (source: ReturnType<typeof memorySou
 }
 
 describe('the lifecycle of the data', () => {
+  it('installs the kinds one burst of notices asks to read whole from one read, as one version', async () => {
+    const source = memorySource()
+    const { until } = await follow(source)
+    const version = lifecycle!.info().version
+    source.records.providers = source.records.providers.slice(1)
+    source.records.keys = source.records.keys.slice(1)
+    source.change('providers')
+    source.change('keys')
+    await until((data) => data.providers.length === 2 && data.keys.length === 3)
+    expect(lifecycle!.info().version).toBe(version + 1)
+    expect(source.reads.slice(-2)).toEqual([{ kind: 'providers', keys: 'all' }, { kind: 'keys', keys: 'all' }])
+  })
+
+  it('refuses a bad kind alone: the kind read with it installs, and the bad one keeps its last good records', async () => {
+    const source = memorySource()
+    const { until, refusal } = await follow(source)
+    source.refusing.add('providers')
+    source.records.providers = source.records.providers.slice(1)
+    source.records.keys = source.records.keys.slice(1)
+    source.change('providers')
+    source.change('keys')
+    expect(await refusal()).toEqual({ kind: 'providers', problem: 'providers.json: [0]: bad' })
+    await until((data) => data.keys.length === 3)
+    expect(lifecycle!.current().counts().providers).toBe(3)
+    expect(lifecycle!.info().changes.providers).toEqual({ succeeded: 0, failed: 1 })
+    source.refusing.clear()
+    source.change('providers')
+    await until((data) => data.providers.length === 2)
+  })
+
+  it('reads again after a read that failed, and installs what it then reads', async () => {
+    const source = memorySource()
+    const { until, warnings } = await follow(source)
+    source.failNext = 2
+    source.records.keys = source.records.keys.slice(1)
+    source.change('keys')
+    await until((data) => data.keys.length === 3)
+    expect(warnings).toHaveLength(2)
+    expect(lifecycle!.info().readFailures.keys).toBe(2)
+  })
+
+  it('installs a revocation while another kind is being read whole', async () => {
+    const source = memorySource()
+    const { until } = await follow(source)
+    let release = () => {}
+    source.gates.set('organizations:all', new Promise((resolve) => { release = resolve }))
+    source.records.organizations = source.records.organizations.slice(1)
+    source.change('organizations')
+    await expect.poll(() => source.reads.some((read) => read.kind === 'organizations' && read.keys === 'all')).toBe(true)
+    source.records.keys = source.records.keys.filter((record) => record.name !== 'alpha-standard')
+    source.change('keys', ['alpha-standard'])
+    await until((data) => !data.keys.some((record) => record.name === 'alpha-standard'))
+    expect(lifecycle!.current().counts().organizations).toBe(2)
+    release()
+    await until((data) => data.organizations.length === 1)
+  })
+
   it('reads the kind whole once a read of named records has failed twice, so that a bad name holds back nothing', async () => {
     const source = memorySource()
     const { until, warnings } = await follow(source)
