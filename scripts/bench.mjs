@@ -26,6 +26,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import { benchPostgres, serverArgs } from './bench-postgres.mjs'
 import { benchKeyTable } from './bench-key-table.mjs'
+import { benchStructures } from './bench-structures.mjs'
 import { benchRecords } from './bench-records.mjs'
 import { benchScale } from './bench-scale.mjs'
 
@@ -547,6 +548,10 @@ async function main () {
   const { lines: keyTableLines } = await benchKeyTable({ root: ROOT })
   print()
   for (const line of keyTableLines) print(line)
+
+  console.error('Data structures against the simple ones, at 1,000,000 keys...')
+  print()
+  for (const line of await benchStructures()) print(line)
 
   console.error('PostgreSQL: revocation on three replicas, reload of 1,000,000 members...')
   pinSelf(`0-${cpus().length - 1}`)
