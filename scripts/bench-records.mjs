@@ -2,11 +2,14 @@
 // "Memory per record": each data set is the bundled fixtures with one file replaced by N records of
 // one kind; a record's cost is the server's RSS after start, minus that of a server with the bundled
 // fixtures alone, divided by N. The peak is the RSS's high-water mark while the server read its data
-// (VmHWM). "Large files refused": a server holding a million keys is given, by rename, a keys.json of
-// the same million keys spoiled in one way; the time from the rename to the log line of the refusal,
-// the RSS's growth meanwhile (sampled every 10 ms), and the event loop's longest delay meanwhile
-// (nodejs_eventloop_lag_max_seconds). scripts/bench.mjs calls benchRecords(); `npm run build && node
-// scripts/bench-records.mjs` runs it alone. BENCH_RECORDS sets N (500000).
+// (VmHWM). A data file is refused over 8 MiB: a data set whose N records would not fit holds the most
+// that do (a round number), and its row says how many. "Data files refused": a server holding N keys
+// from files is given, by rename, a keys.json spoiled in one way, once just under 8 MiB (read, parsed,
+// refused) and once of 150 MB (refused by its size, before a byte is read); the time from the rename
+// to the refusal (its log line's time), the RSS's growth meanwhile (sampled every 10 ms), and the
+// event loop's longest delay meanwhile (nodejs_eventloop_lag_max_seconds). scripts/bench.mjs calls
+// benchRecords(); `npm run build && node scripts/bench-records.mjs` runs it alone. BENCH_RECORDS sets
+// N (50000).
 import { spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { closeSync, cpSync, mkdtempSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs'
@@ -39,6 +42,27 @@ function writeArray (path, count, element, { start = '[', end = ']' } = {}) {
   return size
 }
 
+/** The largest data file the server reads (MAX_FILE_BYTES): a larger one is refused by its size. */
+const FILE_LIMIT = 8 * 1024 * 1024
+/** The size of the files refused by their size alone (those this section once streamed through). */
+const HUGE_BYTES = 150_000_000
+
+/**
+ * Writes `write(n)` for the largest n, `count` or less, whose file is at most `limit` bytes: n is
+ * `count` when that fits, else a multiple of `step` (a data set of organizations of 10 keeps whole
+ * ones). Answers n and the file's size.
+ */
+function writeUnder (limit, count, write, step = 1000) {
+  let n = count
+  for (;;) {
+    const bytes = write(n)
+    if (bytes <= limit) return { n, bytes }
+    const next = Math.floor(n * (limit / bytes) * 0.995 / step) * step
+    if (next <= 0 || next >= n) throw new Error(`no ${step} records fit under ${limit} bytes`)
+    n = next
+  }
+}
+
 const sha256 = (text) => createHash('sha256').update(text).digest('hex')
 const member = (i) => `{"id":"user_${i}","email":"person${i}@org.example","first_name":"First${i}","last_name":"Last${i}","role":"org:member"}`
 
@@ -67,6 +91,7 @@ const DATA_SETS = [
   {
     label: 'members, in organizations of 10',
     file: 'organizations.json',
+    step: 10,
     write: (path, n) => writeArray(path, n / 10, (o) => `{"id":"org_${o}","name":"Organization ${o}","members":[${Array.from({ length: 10 }, (_, m) => member(o * 10 + m)).join(',')}]}`)
   },
   {
@@ -118,49 +143,84 @@ async function loopDelay (server) {
 }
 
 const key = (i) => `{"name":"key-${i}","sha256":"${sha256(`k${i}`)}","kind":"standard","organization_id":"org_${i % 10}"}`
+/** A key whose name is `bytes` long, far over what a name may be: valid JSON, refused by the schema. */
+const longKey = (bytes) => `{"name":"${'k'.repeat(bytes)}","sha256":"${sha256('x')}","kind":"standard","organization_id":"org_0"}`
 
-/** keys.json of a million keys, spoiled in each way, and the refusal a server holding them gives. */
+/**
+ * keys.json spoiled in each way, as `n` keys and what spoils them: written just under FILE_LIMIT
+ * (read whole and refused) and at HUGE_BYTES (refused by its size, `huge`). `longName`: the bytes of
+ * the one long name in each.
+ */
 const BAD_FILES = [
   { label: 'a record cut short at its end', write: (path, n) => writeArray(path, n, key, { end: ',{"name":}]' }) },
   { label: 'a write caught half-way (cut in a record)', write: (path, n) => writeArray(path, n, key, { end: ',{"name":"key-x","sha256":"0123' }) },
   { label: 'the array inside an object', write: (path, n) => writeArray(path, n, key, { start: '{"keys":[', end: ']}' }) },
   {
-    label: 'a last key named with 100 MB',
-    write: (path, n) => writeArray(path, n + 1, (i) => i < n ? key(i) : `{"name":"${'k'.repeat(100_000_000)}","sha256":"${sha256('x')}","kind":"standard","organization_id":"org_0"}`)
+    label: 'a last key named with 1 MB (100 MB in the 150 MB file)',
+    longName: { limit: 1_000_000, huge: 100_000_000 },
+    write (path, n, huge) { return writeArray(path, n + 1, (i) => i < n ? key(i) : longKey(this.longName[huge ? 'huge' : 'limit'])) }
   }
 ]
 
+/** How many keys make a file of about `bytes` with this spoiling (keys of 6 digits or less). */
+function keysFor (bad, bytes, huge) {
+  return Math.floor((bytes - (bad.longName?.[huge ? 'huge' : 'limit'] ?? 0)) / (key(999_999).length + 1))
+}
+
+/**
+ * Renames `path` in as the server's keys.json; answers how its refusal went. The time is that of the
+ * refusal's log line (its `time`, the server's clock, which is this one's): the log is written in
+ * batches, up to a second after. /metrics is asked only before and after: each scrape resets the
+ * event loop's longest delay, and one made right after a long task loses that task's delay.
+ */
+async function refusal (server, path, dir) {
+  await loopDelay(server)
+  const before = memory(server.child.pid).rss
+  let peak = before
+  const sampler = setInterval(() => { peak = Math.max(peak, memory(server.child.pid).rss) }, 10)
+  const from = server.output.length
+  const renamedAt = Date.now()
+  renameSync(path, join(dir, 'keys.json'))
+  let line
+  while (!(line = server.output.slice(from).split('\n').find((text) => text.includes('"msg":"change refused')))) {
+    if (server.child.exitCode !== null) throw new Error(`the server exited: ${server.output.slice(-2000)}`)
+    await sleep(20)
+  }
+  clearInterval(sampler)
+  peak = Math.max(peak, memory(server.child.pid).rss)
+  const { time, problem } = JSON.parse(line)
+  return { ms: time - renamedAt, growth: peak - before, delay: await loopDelay(server), problem }
+}
+
 async function badFiles (root, work, keys) {
   const dir = join(work, 'bad')
+  rmSync(dir, { recursive: true, force: true })
   cpSync(join(root, 'fixtures'), dir, { recursive: true })
-  writeArray(join(dir, 'keys.json'), keys, key)
+  const served = writeArray(join(dir, 'keys.json'), keys, key)
+  if (served > FILE_LIMIT) throw new Error(`keys.json of ${keys} keys: ${served} bytes, over the limit of a data file`)
   const server = await start(root, dir)
   const rows = []
+  const hugeProblems = new Set()
   try {
     for (const bad of BAD_FILES) {
-      const bytes = bad.write(join(work, 'keys.json'), keys)
-      await loopDelay(server)
-      const before = memory(server.child.pid).rss
-      let peak = before
-      const sampler = setInterval(() => { peak = Math.max(peak, memory(server.child.pid).rss) }, 10)
-      const from = server.output.length
-      const started = performance.now()
-      renameSync(join(work, 'keys.json'), join(dir, 'keys.json'))
-      let line
-      while (!(line = server.output.slice(from).split('\n').find((text) => text.includes('"msg":"change refused')))) await sleep(5)
-      const took = performance.now() - started
-      clearInterval(sampler)
-      const delay = await loopDelay(server)
-      const problem = JSON.parse(line).problem
-      rows.push(`| ${bad.label} | ${fmt(bytes / 1e6)} MB | ${fmt(took)} ms | ${fmt(before / 1e6)} MB | +${fmt((peak - before) / 1e6)} MB | ${fmt(delay)} ms | \`${problem}\` |`)
+      const path = join(work, 'keys.json')
+      const { bytes } = writeUnder(FILE_LIMIT, keysFor(bad, FILE_LIMIT, false), (n) => bad.write(path, n, false), 100)
+      const limit = await refusal(server, path, dir)
+      const hugeBytes = bad.write(path, keysFor(bad, HUGE_BYTES, true), true)
+      const huge = await refusal(server, path, dir)
+      hugeProblems.add(huge.problem.replace(String(hugeBytes), 'N'))
+      rows.push(`| ${bad.label} | ${fmt(bytes / 1e6, 1)} MB | ${fmt(limit.ms)} ms | +${fmt(limit.growth / 1e6)} MB | ${fmt(limit.delay)} ms | ` +
+        `${fmt(hugeBytes / 1e6)} MB | ${fmt(huge.ms)} ms | +${fmt(huge.growth / 1e6)} MB | ${fmt(huge.delay)} ms | \`${limit.problem}\` |`)
     }
   } finally {
     server.child.kill('SIGKILL')
   }
-  return rows
+  // The files over the limit are refused for their size alone: one problem, whatever spoils them.
+  const problems = [...hugeProblems].map((problem) => `\`${problem}\``).join(', ')
+  return { rows, problems }
 }
 
-export async function benchRecords ({ root, records = 500_000, keys = 1_000_000 }) {
+export async function benchRecords ({ root, records = 50_000 }) {
   const work = mkdtempSync(join(tmpdir(), 'bench-records-'))
   try {
     const base = await measure(root, join(root, 'fixtures'))
@@ -169,30 +229,36 @@ export async function benchRecords ({ root, records = 500_000, keys = 1_000_000 
       const dir = join(work, 'data')
       rmSync(dir, { recursive: true, force: true })
       cpSync(join(root, 'fixtures'), dir, { recursive: true })
-      const bytes = set.write(join(dir, set.file), records)
+      const { n, bytes } = writeUnder(FILE_LIMIT, records, (count) => set.write(join(dir, set.file), count), set.step ?? 1000)
       const { rss, peak } = await measure(root, dir)
-      rows.push(`| ${fmt(records)} ${set.label} | ${fmt(bytes / 1e6, 1)} MB | ${fmt(rss / 1e6)} MB | ${fmt(peak / 1e6)} MB | ${fmt((rss - base.rss) / records)} B |`)
+      rows.push(`| ${fmt(n)} ${set.label}${n < records ? ' (the most under 8 MiB)' : ''} | ${fmt(bytes / 1e6, 1)} MB | ${fmt(rss / 1e6)} MB | ${fmt(peak / 1e6)} MB | ${fmt((rss - base.rss) / n)} B |`)
     }
+    const refused = await badFiles(root, work, records)
     const lines = [
       '## Memory per record',
       '',
-      `A server started on the bundled fixtures with one file replaced by ${fmt(records)} records of one kind;`,
-      'a record\'s cost is the RSS after start, less that of the bundled fixtures alone',
+      `A server started on the bundled fixtures with one file replaced by ${fmt(records)} records of one kind (or the most`,
+      'that fit in a data file, 8 MiB); a record\'s cost is the RSS after start, less that of the bundled fixtures alone',
       `(${fmt(base.rss / 1e6)} MB, peak ${fmt(base.peak / 1e6)} MB), divided by the number of records.`,
       '',
       '| Data | File | RSS after start | Peak RSS | A record |',
       '|---|---:|---:|---:|---:|',
       ...rows,
       '',
-      '## Large files refused',
+      '## Data files refused',
       '',
-      `A server holding ${fmt(keys)} keys (from files) is given, by rename, a keys.json of the same keys on one line,`,
-      'spoiled in one way: the time to the log line of its refusal, the RSS before and its growth meanwhile, and',
-      'the event loop\'s longest delay meanwhile (`nodejs_eventloop_lag_max_seconds`). The keys served do not change.',
+      `A server holding ${fmt(records)} keys (from files) is given, by rename, a keys.json spoiled in one way: once just`,
+      `under the limit of 8 MiB (read whole, parsed, refused), once of ${fmt(HUGE_BYTES / 1e6)} MB (refused by its size before a byte`,
+      'is read). The time from the rename to its refusal (the time of the log line that says it; the folder\'s',
+      'debounce, 100 ms, included), the RSS\'s growth meanwhile, and the event loop\'s longest delay meanwhile',
+      '(`nodejs_eventloop_lag_max_seconds`).',
+      'The keys served do not change.',
       '',
-      '| keys.json with | File | Refused after | RSS before | RSS meanwhile | Event loop\'s longest delay | Problem logged |',
-      '|---|---:|---:|---:|---:|---:|---|',
-      ...await badFiles(root, work, keys)
+      '| keys.json with | Under 8 MiB | Refused after | RSS meanwhile | Event loop\'s longest delay | Over the limit | Refused after | RSS meanwhile | Event loop\'s longest delay | Problem logged (under 8 MiB) |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+      ...refused.rows,
+      '',
+      `Each file over the limit was refused with ${refused.problems} (N its size), whatever spoiled it.`
     ]
     return { lines }
   } finally {
@@ -201,6 +267,6 @@ export async function benchRecords ({ root, records = 500_000, keys = 1_000_000 
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const { lines } = await benchRecords({ root: new URL('..', import.meta.url).pathname, records: Number(process.env.BENCH_RECORDS ?? 500_000) })
+  const { lines } = await benchRecords({ root: new URL('..', import.meta.url).pathname, records: Number(process.env.BENCH_RECORDS ?? 50_000) })
   console.log(lines.join('\n'))
 }
