@@ -19,7 +19,7 @@
 import { execFile, execFileSync, spawn } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
 import { once } from 'node:events'
-import { closeSync, cpSync, createWriteStream, mkdtempSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs'
+import { closeSync, cpSync, createWriteStream, mkdtempSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs'
 import { cpus, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -81,12 +81,20 @@ function ensureWrk () {
 const SERVER_CORE = String(cpus().length - 1)
 const pinned = (core, command, args) => ['taskset', ['-c', core, command, ...args]]
 // This process too (every thread) goes on the load's core: its polls, and its copying of the services'
-// logs, took turns with a starting service on its core (1,000,000 members: 1.8 to 2.2 s instead of 1.5).
+// logs, took turns with a starting service on its core (measured with an organization of 1,000,000 members
+// in a file, before files were limited to 8 MiB: 1.8 to 2.2 s instead of 1.5).
 // PostgreSQL's part (its server, its replicas) runs on every core, as it always did.
 const pinSelf = (cores) => execFileSync('taskset', ['-a', '-p', '-c', cores, String(process.pid)], { stdio: 'ignore' })
 pinSelf('0')
 
 const sha256 = (text) => createHash('sha256').update(text).digest('hex')
+
+// The largest data sets of the files source: a data file is refused over 8 MiB (MAX_FILE_BYTES), and
+// these are the round sizes under it (the organization some 6.3 MB, the keys some 7.3 MB; makeDataset
+// checks). Larger data is PostgreSQL's: "Gateway scale" (scripts/bench-scale.mjs).
+const LARGE_MEMBERS = 50_000
+const MANY_KEYS = 50_000
+const FILE_LIMIT = 8 * 1024 * 1024
 
 /** A fixtures folder: the bundled providers and endpoints, one organization of `members`, `keys` keys. */
 function makeDataset (name, { members, keys }) {
@@ -110,6 +118,10 @@ function makeDataset (name, { members, keys }) {
     records.push({ name: `key-${i}`, sha256: sha256(`other-key-${i}`), kind: i % 2 ? 'standard' : 'management', organization_id: 'org_bench' })
   }
   writeFileSync(join(dir, 'keys.json'), JSON.stringify(records))
+  for (const file of ['organizations.json', 'keys.json']) {
+    const { size } = statSync(join(dir, file))
+    if (size > FILE_LIMIT) throw new Error(`${name}/${file}: ${size} bytes, over the ${FILE_LIMIT}-byte limit of a data file: the server would refuse it`)
+  }
   return dir
 }
 
@@ -284,7 +296,7 @@ async function liveDataFiles ({ print, target, small, large }) {
   print()
   print('## Live data: files')
   print()
-  print('A change is written by rename; the server installs it about 100 ms (its settle time) after the')
+  print('A change is written by rename; the server reads and installs it about 100 ms (its debounce) after the')
   print('folder says it changed. Times are from the rename to the first answer that shows the change.')
   print()
 
@@ -330,11 +342,11 @@ async function liveDataFiles ({ print, target, small, large }) {
   target('failed requests while the data changes 10 times a second', '0', String(changing.errors), changing.errors === 0)
   await stop(service.child)
 
-  // Reload time and memory: one member changed in the bundled data and in 1,000,000 members.
+  // Reload time and memory: one member changed in the bundled data and in the largest organization a file holds.
   print()
   print('| Data | Change served after | RSS before | Peak RSS while reloading | Peak / before |')
   print('|---|---:|---:|---:|---:|')
-  for (const [label, dir, offset] of [['bundled lists, 100 members', small, 0], ['organization of 1,000,000 members', large, 999_999]]) {
+  for (const [label, dir, offset] of [['bundled lists, 100 members', small, 0], [`organization of ${fmt(LARGE_MEMBERS)} members`, large, LARGE_MEMBERS - 1]]) {
     const svc = await startService(`reload-${offset}`, dir, BENCH_KEY)
     const file = join(dir, 'organizations.json')
     const text = readFileSync(file, 'utf8')
@@ -351,7 +363,7 @@ async function liveDataFiles ({ print, target, small, large }) {
     await sleep(200)
     clearInterval(sampler)
     print(`| ${label} | ${ms(elapsed)} | ${fmt(before, 1)} MB | ${fmt(peak, 1)} MB | ${fmt(peak / before, 2)} |`)
-    if (offset > 0) target('reload of 1,000,000 members: peak RSS against steady', '<= 1.5', fmt(peak / before, 2), peak / before <= 1.5)
+    if (offset > 0) target(`reload of ${fmt(LARGE_MEMBERS)} members: peak RSS against steady`, '<= 1.5', fmt(peak / before, 2), peak / before <= 1.5)
     replaceFile(file, text)
     await stop(svc.child)
   }
@@ -494,10 +506,10 @@ async function main () {
   }
   await stop(redis.child)
 
-  console.error('preparing data sets (an organization of 1,000,000 members, a keys file of 100,000 keys)...')
+  console.error(`preparing data sets (an organization of ${fmt(LARGE_MEMBERS)} members, a keys file of ${fmt(MANY_KEYS)} keys)...`)
   const small = makeDataset('members-100', { members: 100, keys: 3 })
-  const large = makeDataset('members-1000000', { members: 1_000_000, keys: 3 })
-  const manyKeys = makeDataset('keys-100000', { members: 100, keys: 100_000 })
+  const large = makeDataset(`members-${LARGE_MEMBERS}`, { members: LARGE_MEMBERS, keys: 3 })
+  const manyKeys = makeDataset(`keys-${MANY_KEYS}`, { members: 100, keys: MANY_KEYS })
 
   print()
   print('## Scaling (service against itself, alternated)')
@@ -508,23 +520,23 @@ async function main () {
   print('| Operation | Small req/s | Large req/s | Ratio large/small | Small p99 | Large p99 | Errors |')
   print('|---|---:|---:|---:|---:|---:|---:|')
   const svcSmall = await startService('members-100', small, BENCH_KEY)
-  const svcLarge = await startService('members-1000000', large, BENCH_KEY)
-  const svcKeys = await startService('keys-100000', manyKeys, BENCH_KEY)
+  const svcLarge = await startService(`members-${LARGE_MEMBERS}`, large, BENCH_KEY)
+  const svcKeys = await startService(`keys-${MANY_KEYS}`, manyKeys, BENCH_KEY)
   {
     const { a: s, b: l, ratio } = await alternate([
       { url: `${svcSmall.url}/v1/organization/members?offset=0&limit=100`, headers: auth(svcSmall) },
-      { url: `${svcLarge.url}/v1/organization/members?offset=999900&limit=100`, headers: auth(svcLarge) }
+      { url: `${svcLarge.url}/v1/organization/members?offset=${LARGE_MEMBERS - 100}&limit=100`, headers: auth(svcLarge) }
     ])
-    print(`| members page, 100 members → 1,000,000 members | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(ratio, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
-    target('members page, 1,000,000 members against 100', 'at most 10 % slower', fmt(ratio, 2), ratio >= 0.9)
+    print(`| members page, 100 members → ${fmt(LARGE_MEMBERS)} members | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(ratio, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
+    target(`members page, ${fmt(LARGE_MEMBERS)} members against 100`, 'at most 10 % slower', fmt(ratio, 2), ratio >= 0.9)
   }
   {
     const { a: s, b: l, ratio } = await alternate([
       { url: `${svcSmall.url}/v1/providers`, headers: auth(svcSmall) },
       { url: `${svcKeys.url}/v1/providers`, headers: auth(svcKeys) }
     ])
-    print(`| providers, 3 keys → 100,000 keys | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(ratio, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
-    target('providers, 100,000 keys against 3', 'at most 10 % slower', fmt(ratio, 2), ratio >= 0.9)
+    print(`| providers, 3 keys → ${fmt(MANY_KEYS)} keys | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(ratio, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
+    target(`providers, ${fmt(MANY_KEYS)} keys against 3`, 'at most 10 % slower', fmt(ratio, 2), ratio >= 0.9)
   }
   const largeRssAfterLoad = rssMb(svcLarge.child.pid)
 
@@ -534,13 +546,16 @@ async function main () {
   print('| Data | First 200 after start | RSS after start | RSS after load |')
   print('|---|---:|---:|---:|')
   print(`| bundled fixtures | ${fmt(bundled.firstAnswerMs)} ms | ${fmt(bundled.rssAfterStart, 1)} MB | ${fmt(bundledRssAfterLoad, 1)} MB |`)
-  print(`| organization of 1,000,000 members | ${fmt(svcLarge.firstAnswerMs)} ms | ${fmt(svcLarge.rssAfterStart, 1)} MB | ${fmt(largeRssAfterLoad, 1)} MB |`)
-  print(`| keys file of 100,000 keys | ${fmt(svcKeys.firstAnswerMs)} ms | ${fmt(svcKeys.rssAfterStart, 1)} MB | — |`)
+  print(`| organization of ${fmt(LARGE_MEMBERS)} members | ${fmt(svcLarge.firstAnswerMs)} ms | ${fmt(svcLarge.rssAfterStart, 1)} MB | ${fmt(largeRssAfterLoad, 1)} MB |`)
+  print(`| keys file of ${fmt(MANY_KEYS)} keys | ${fmt(svcKeys.firstAnswerMs)} ms | ${fmt(svcKeys.rssAfterStart, 1)} MB | — |`)
   await Promise.all([svcSmall, svcLarge, svcKeys].map((s) => stop(s.child)))
   target('RSS with the bundled fixtures, after start and after load', '< 100 MB', `${fmt(bundled.rssAfterStart, 1)} / ${fmt(bundledRssAfterLoad, 1)} MB`, Math.max(bundled.rssAfterStart, bundledRssAfterLoad) < 100)
   target('first 200 after start, bundled fixtures', '< 250 ms', `${fmt(bundled.firstAnswerMs)} ms`, bundled.firstAnswerMs < 250)
-  target('first 200 after start, 1,000,000 members', '< 2 s', `${fmt(svcLarge.firstAnswerMs)} ms`, svcLarge.firstAnswerMs < 2000)
-  target('RSS with 1,000,000 members, after start and after load', '< 250 MB', `${fmt(svcLarge.rssAfterStart, 1)} / ${fmt(largeRssAfterLoad, 1)} MB`, Math.max(svcLarge.rssAfterStart, largeRssAfterLoad) < 250)
+  // The aims for 1,000,000 members in a file were < 2 s and < 250 MB (measured 1,670 ms and 241 MB); a
+  // file of 50,000 is one JSON.parse of 6.3 MB: 315 to 350 ms to the first 200 pinned to a core, and
+  // 120 to 130 MB, measured on 2026-11-27.
+  target(`first 200 after start, ${fmt(LARGE_MEMBERS)} members`, '< 500 ms', `${fmt(svcLarge.firstAnswerMs)} ms`, svcLarge.firstAnswerMs < 500)
+  target(`RSS with ${fmt(LARGE_MEMBERS)} members, after start and after load`, '< 150 MB', `${fmt(svcLarge.rssAfterStart, 1)} / ${fmt(largeRssAfterLoad, 1)} MB`, Math.max(svcLarge.rssAfterStart, largeRssAfterLoad) < 150)
 
   await liveDataFiles({ print, target, small, large })
 
@@ -560,7 +575,7 @@ async function main () {
   for (const line of pgLines) print(line)
   target('revocation with PostgreSQL, every one of 3 replicas (max of 20)', '< 200 ms', ms(pg.revocation.maxMs), pg.revocation.maxMs < 200)
 
-  console.error('Memory per record, and large files refused (about a minute)...')
+  console.error('Memory per record, and data files refused (about half a minute)...')
   const { lines: recordLines } = await benchRecords({ root: ROOT })
   print()
   for (const line of recordLines) print(line)
