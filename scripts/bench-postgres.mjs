@@ -17,7 +17,7 @@ const sha256 = (text) => createHash('sha256').update(text).digest('hex')
 const median = (values) => { const s = [...values].sort((a, b) => a - b); return s[Math.floor(s.length / 2)] }
 const fmt = (n, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits })
 
-async function freePort () {
+export async function freePort () {
   const server = createServer().listen(0, '127.0.0.1')
   await once(server, 'listening')
   const { port } = server.address()
