@@ -88,6 +88,11 @@ pinSelf('0')
 
 const sha256 = (text) => createHash('sha256').update(text).digest('hex')
 
+// The largest organization and keys file of the file source (data files are at most 8 MiB each:
+// some 60,000 members or 50,000 keys); larger data is PostgreSQL's, measured at gateway scale.
+const LARGE_MEMBERS = 50_000
+const MANY_KEYS = 50_000
+
 /** A fixtures folder: the bundled providers and endpoints, one organization of `members`, `keys` keys. */
 function makeDataset (name, { members, keys }) {
   const dir = join(work, name)
@@ -330,11 +335,11 @@ async function liveDataFiles ({ print, target, small, large }) {
   target('failed requests while the data changes 10 times a second', '0', String(changing.errors), changing.errors === 0)
   await stop(service.child)
 
-  // Reload time and memory: one member changed in the bundled data and in 1,000,000 members.
+  // Reload time and memory: one member changed in the bundled data and in the large organization.
   print()
   print('| Data | Change served after | RSS before | Peak RSS while reloading | Peak / before |')
   print('|---|---:|---:|---:|---:|')
-  for (const [label, dir, offset] of [['bundled lists, 100 members', small, 0], ['organization of 1,000,000 members', large, 999_999]]) {
+  for (const [label, dir, offset] of [['bundled lists, 100 members', small, 0], [`organization of ${fmt(LARGE_MEMBERS)} members`, large, LARGE_MEMBERS - 1]]) {
     const svc = await startService(`reload-${offset}`, dir, BENCH_KEY)
     const file = join(dir, 'organizations.json')
     const text = readFileSync(file, 'utf8')
@@ -351,7 +356,7 @@ async function liveDataFiles ({ print, target, small, large }) {
     await sleep(200)
     clearInterval(sampler)
     print(`| ${label} | ${ms(elapsed)} | ${fmt(before, 1)} MB | ${fmt(peak, 1)} MB | ${fmt(peak / before, 2)} |`)
-    if (offset > 0) target('reload of 1,000,000 members: peak RSS against steady', '<= 1.5', fmt(peak / before, 2), peak / before <= 1.5)
+    if (offset > 0) target(`reload of ${fmt(LARGE_MEMBERS)} members: peak RSS against steady`, '<= 1.5', fmt(peak / before, 2), peak / before <= 1.5)
     replaceFile(file, text)
     await stop(svc.child)
   }
@@ -494,10 +499,10 @@ async function main () {
   }
   await stop(redis.child)
 
-  console.error('preparing data sets (an organization of 1,000,000 members, a keys file of 100,000 keys)...')
+  console.error(`preparing data sets (an organization of ${fmt(LARGE_MEMBERS)} members, a keys file of ${fmt(MANY_KEYS)} keys)...`)
   const small = makeDataset('members-100', { members: 100, keys: 3 })
-  const large = makeDataset('members-1000000', { members: 1_000_000, keys: 3 })
-  const manyKeys = makeDataset('keys-100000', { members: 100, keys: 100_000 })
+  const large = makeDataset('members-large', { members: LARGE_MEMBERS, keys: 3 })
+  const manyKeys = makeDataset('keys-many', { members: 100, keys: MANY_KEYS })
 
   print()
   print('## Scaling (service against itself, alternated)')
@@ -508,23 +513,23 @@ async function main () {
   print('| Operation | Small req/s | Large req/s | Ratio large/small | Small p99 | Large p99 | Errors |')
   print('|---|---:|---:|---:|---:|---:|---:|')
   const svcSmall = await startService('members-100', small, BENCH_KEY)
-  const svcLarge = await startService('members-1000000', large, BENCH_KEY)
-  const svcKeys = await startService('keys-100000', manyKeys, BENCH_KEY)
+  const svcLarge = await startService('members-large', large, BENCH_KEY)
+  const svcKeys = await startService('keys-many', manyKeys, BENCH_KEY)
   {
     const { a: s, b: l, ratio } = await alternate([
       { url: `${svcSmall.url}/v1/organization/members?offset=0&limit=100`, headers: auth(svcSmall) },
-      { url: `${svcLarge.url}/v1/organization/members?offset=999900&limit=100`, headers: auth(svcLarge) }
+      { url: `${svcLarge.url}/v1/organization/members?offset=${LARGE_MEMBERS - 100}&limit=100`, headers: auth(svcLarge) }
     ])
-    print(`| members page, 100 members → 1,000,000 members | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(ratio, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
-    target('members page, 1,000,000 members against 100', 'at most 10 % slower', fmt(ratio, 2), ratio >= 0.9)
+    print(`| members page, 100 members → ${fmt(LARGE_MEMBERS)} members | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(ratio, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
+    target(`members page, ${fmt(LARGE_MEMBERS)} members against 100`, 'at most 10 % slower', fmt(ratio, 2), ratio >= 0.9)
   }
   {
     const { a: s, b: l, ratio } = await alternate([
       { url: `${svcSmall.url}/v1/providers`, headers: auth(svcSmall) },
       { url: `${svcKeys.url}/v1/providers`, headers: auth(svcKeys) }
     ])
-    print(`| providers, 3 keys → 100,000 keys | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(ratio, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
-    target('providers, 100,000 keys against 3', 'at most 10 % slower', fmt(ratio, 2), ratio >= 0.9)
+    print(`| providers, 3 keys → ${fmt(MANY_KEYS)} keys | ${fmt(s.rps)} | ${fmt(l.rps)} | ${fmt(ratio, 2)} | ${ms(s.p99)} | ${ms(l.p99)} | ${s.errors + l.errors} |`)
+    target(`providers, ${fmt(MANY_KEYS)} keys against 3`, 'at most 10 % slower', fmt(ratio, 2), ratio >= 0.9)
   }
   const largeRssAfterLoad = rssMb(svcLarge.child.pid)
 
@@ -534,13 +539,13 @@ async function main () {
   print('| Data | First 200 after start | RSS after start | RSS after load |')
   print('|---|---:|---:|---:|')
   print(`| bundled fixtures | ${fmt(bundled.firstAnswerMs)} ms | ${fmt(bundled.rssAfterStart, 1)} MB | ${fmt(bundledRssAfterLoad, 1)} MB |`)
-  print(`| organization of 1,000,000 members | ${fmt(svcLarge.firstAnswerMs)} ms | ${fmt(svcLarge.rssAfterStart, 1)} MB | ${fmt(largeRssAfterLoad, 1)} MB |`)
-  print(`| keys file of 100,000 keys | ${fmt(svcKeys.firstAnswerMs)} ms | ${fmt(svcKeys.rssAfterStart, 1)} MB | — |`)
+  print(`| organization of ${fmt(LARGE_MEMBERS)} members | ${fmt(svcLarge.firstAnswerMs)} ms | ${fmt(svcLarge.rssAfterStart, 1)} MB | ${fmt(largeRssAfterLoad, 1)} MB |`)
+  print(`| keys file of ${fmt(MANY_KEYS)} keys | ${fmt(svcKeys.firstAnswerMs)} ms | ${fmt(svcKeys.rssAfterStart, 1)} MB | — |`)
   await Promise.all([svcSmall, svcLarge, svcKeys].map((s) => stop(s.child)))
   target('RSS with the bundled fixtures, after start and after load', '< 100 MB', `${fmt(bundled.rssAfterStart, 1)} / ${fmt(bundledRssAfterLoad, 1)} MB`, Math.max(bundled.rssAfterStart, bundledRssAfterLoad) < 100)
   target('first 200 after start, bundled fixtures', '< 250 ms', `${fmt(bundled.firstAnswerMs)} ms`, bundled.firstAnswerMs < 250)
-  target('first 200 after start, 1,000,000 members', '< 2 s', `${fmt(svcLarge.firstAnswerMs)} ms`, svcLarge.firstAnswerMs < 2000)
-  target('RSS with 1,000,000 members, after start and after load', '< 250 MB', `${fmt(svcLarge.rssAfterStart, 1)} / ${fmt(largeRssAfterLoad, 1)} MB`, Math.max(svcLarge.rssAfterStart, largeRssAfterLoad) < 250)
+  target(`first 200 after start, ${fmt(LARGE_MEMBERS)} members`, '< 1 s', `${fmt(svcLarge.firstAnswerMs)} ms`, svcLarge.firstAnswerMs < 1000)
+  target(`RSS with ${fmt(LARGE_MEMBERS)} members, after start and after load`, '< 150 MB', `${fmt(svcLarge.rssAfterStart, 1)} / ${fmt(largeRssAfterLoad, 1)} MB`, Math.max(svcLarge.rssAfterStart, largeRssAfterLoad) < 150)
 
   await liveDataFiles({ print, target, small, large })
 
@@ -560,24 +565,21 @@ async function main () {
   for (const line of pgLines) print(line)
   target('revocation with PostgreSQL, every one of 3 replicas (max of 20)', '< 200 ms', ms(pg.revocation.maxMs), pg.revocation.maxMs < 200)
 
-  console.error('Memory per record, and large files refused (about a minute)...')
+  console.error('Memory per record (about a minute)...')
   const { lines: recordLines } = await benchRecords({ root: ROOT })
   print()
   for (const line of recordLines) print(line)
 
   if (SCALE) {
-    console.error('Gateway scale: 1,000,000 keys and 100,000 organizations, files and PostgreSQL (about 15 minutes)...')
+    console.error('Gateway scale: 1,000,000 keys and 100,000 organizations in PostgreSQL (about 10 minutes)...')
     const { results: scale, lines: scaleLines } = await benchScale({ root: ROOT })
     print()
     for (const line of scaleLines) print(line)
-    for (const [label, r] of [['files', scale.files], ['PostgreSQL', scale.postgres]]) {
-      target(`gateway scale, ${label}: RSS after start and after 100 changes`, '< 600 MB', `${fmt(r.rssStart)} / ${fmt(r.rssChanged)} MB`, Math.max(r.rssStart, r.rssChanged) < 600)
-    }
-    const revocationP99 = (r) => Math.max(...r.times.revocation, ...r.times.mint)
-    target('gateway scale, files: a change to keys.json served (max of 40)', '< 2 s', ms(revocationP99(scale.files)), revocationP99(scale.files) < 2000)
-    target('gateway scale, PostgreSQL: a change served on both replicas (max of 40)', '< 100 ms', ms(revocationP99(scale.postgres)), revocationP99(scale.postgres) < 100)
-    target('gateway scale, PostgreSQL: start to first answer', '< 5 s', ms(scale.postgres.startMs), scale.postgres.startMs < 5000)
-    target('gateway scale, PostgreSQL: npm run db -- import', '< 60 s', ms(scale.postgres.importMs), scale.postgres.importMs < 60000)
+    const gateway = scale.postgres
+    target('gateway scale: RSS after start and after 100 changes', '< 600 MB', `${fmt(gateway.rssStart)} / ${fmt(gateway.rssChanged)} MB`, Math.max(gateway.rssStart, gateway.rssChanged) < 600)
+    const slowest = Math.max(...gateway.times.revocation, ...gateway.times.mint)
+    target('gateway scale: a revocation or a mint served on both replicas (max of 40)', '< 100 ms', ms(slowest), slowest < 100)
+    target('gateway scale: start, against the COPY floor', '<= 3×', `${fmt(gateway.startMs / gateway.floorMs, 1)}×`, gateway.startMs <= 3 * gateway.floorMs)
   }
 
   print()
