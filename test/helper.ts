@@ -239,14 +239,17 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
   let installed = 0
   /** The rows each install read, by kind, where the source counts them. */
   const rowsRead: Array<Record<string, number>> = []
+  /** The version of the source each install was read from. */
+  const sourceVersions: Array<string | undefined> = []
   /** What was logged as a warning (a read that failed and is tried again), with its problem. */
   const warnings: string[] = []
   lifecycle.follow({
-    info (object: { change?: string, rows_read?: Record<string, number> }, message) {
+    info (object: { change?: string, rows_read?: Record<string, number>, source_version?: string }, message) {
       // Kinds read together are installed together, their changes joined by '; '.
       if (message === 'change installed') {
         installed += String(object.change).split('; ').length
         rowsRead.push(object.rows_read ?? {})
+        sourceVersions.push(object.source_version)
       }
       if (message.startsWith('following changes again')) states.push({ up: true })
     },
@@ -275,6 +278,7 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
     }),
     installs: (count: number) => poll(`${count} installs`, () => installed >= count ? installed : undefined),
     rowsRead,
+    sourceVersions,
     warnings
   }
 }

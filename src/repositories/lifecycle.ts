@@ -96,6 +96,7 @@ interface Ready {
   kind: RecordKind
   change: string
   rowsRead?: number
+  sourceVersion?: string
   finish(next: Snapshot): Index<RecordKind>
 }
 
@@ -355,6 +356,7 @@ export function createLifecycle (source: Source) {
         kind,
         change,
         rowsRead: read.rowsRead,
+        sourceVersion: read.sourceVersion,
         finish (next) {
           const now = holdBack(kind, read as { upsert: ReadonlyArray<Held<KeyedKind>>, remove: readonly string[] }, next)
           return namedIndex(kind, next.indexes[kind], now.upsert as never, now.remove)
@@ -366,6 +368,7 @@ export function createLifecycle (source: Source) {
       kind,
       change,
       rowsRead: read.rowsRead,
+      sourceVersion: read.sourceVersion,
       finish (next) {
         const newer = lanes[kind].newer
         // A record held since before this whole read may be older than what it read (a key moved, then
@@ -391,9 +394,12 @@ export function createLifecycle (source: Source) {
     for (const { kind, finish } of changes) next = next.withIndex(kind, finish(next) as never, version)
     current = next
     const rowsRead = changes.filter(({ rowsRead }) => rowsRead !== undefined).map(({ kind, rowsRead }) => [kind, rowsRead])
+    const sourceVersions = [...new Set(changes.map(({ sourceVersion }) => sourceVersion).filter((read) => read !== undefined))]
     log?.info({
       change: changes.map(({ change }) => change).join('; '),
       snapshot: { version, fingerprint: next.fingerprint },
+      // The version of the source each change was read from: one for the kinds read together.
+      ...sourceVersions.length > 0 ? { source_version: sourceVersions.join('; ') } : {},
       records: next.counts(),
       // What each change cost, where the source counts it: a revocation among a million keys reads one row.
       ...rowsRead.length > 0 ? { rows_read: Object.fromEntries(rowsRead) } : {}

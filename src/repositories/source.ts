@@ -25,6 +25,11 @@ export type Change<K extends RecordKind = RecordKind> = (
   readonly refused?: ReadonlyMap<string, string>
   /** The rows the read took from the source, when it counts them: what the change cost. */
   readonly rowsRead?: number
+  /**
+   * The version of the source it was read from: the folder's generation (or the files' signatures),
+   * PostgreSQL's snapshot of the read's transaction. The changes of one read share it.
+   */
+  readonly sourceVersion?: string
 }
 
 /** What a source tells the lifecycle while it follows changes. */

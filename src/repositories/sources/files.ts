@@ -1,6 +1,7 @@
 import { watch, type FSWatcher } from 'node:fs'
 import { realpath, stat } from 'node:fs/promises'
-import { join } from 'node:path'
+import { hash } from 'node:crypto'
+import { basename, join } from 'node:path'
 import { DataError, KINDS, RECORD_KINDS, assertUnique, compactMembers, recordProblem, validateRecords, type DirectoryData, type RecordKind } from '../records.js'
 import { readJsonFile } from '../json-file.js'
 import { createSlicer } from '../slices.js'
@@ -167,7 +168,8 @@ export function createFileSource (dir: string): Source {
         const torn = after.some((signature, index) => signature !== before[index])
         if (torn && attempt < READ_ATTEMPTS) continue
         kinds.forEach((kind, index) => { if (!seen.has(kind)) seen.set(kind, before[index]!) })
-        return changes
+        const sourceVersion = generation === undefined ? hash('sha1', before.join(','), 'hex').slice(0, 16) : basename(generation)
+        return changes.map((change) => change instanceof DataError ? change : { ...change, sourceVersion })
       }
     },
     watch (handlers) {

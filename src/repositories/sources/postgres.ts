@@ -468,10 +468,11 @@ export function createPostgresSource ({ url, connectTimeoutMs, onRetry }: { url:
       // One transaction: the kinds read agree with each other (a key and the organization it moved to).
       return await inTransaction(async (client) => {
         await checkSchema(client)
+        const sourceVersion = (await client.query<{ snapshot: string }>('SELECT txid_current_snapshot()::text AS snapshot')).rows[0]?.snapshot
         const changes: Array<Change | DataError> = []
         for (const request of requests) {
           // Bad data refuses its kind alone; anything else fails the transaction, and the read.
-          changes.push(await readKind(client, request).catch((error: unknown) => {
+          changes.push(await readKind(client, request).then((change) => ({ ...change, sourceVersion }), (error: unknown) => {
             if (error instanceof DataError) return error
             throw error
           }))

@@ -282,10 +282,11 @@ describe('following changes to the folder', () => {
       swapping = false
       await swaps
     }
-    // One generation, whole: its providers with its keys.
+    // One generation, whole: its providers with its keys, installed as read from it.
     const n = Number(served().slice('provider-'.length))
     expect(lifecycle.current().indexes.keys.byKey.get(`generation-${n}`)).toBeDefined()
     expect(lifecycle.current().indexes.keys.byKey.size).toBe(40_001)
+    await expect.poll(() => watched.sourceVersions.includes(`..gen_${n}`)).toBe(true)
   }, 60_000)
 
   it('refuses a bad file alone, naming file, record and field, installs the other files changed, and installs the fix', async () => {

@@ -234,8 +234,8 @@ describe('following changes', () => {
     expect(await order()).toBe('user_beta_0,user_beta_1,user_beta_2')
   })
 
-  it('applies a transaction to each kind it changed', async () => {
-    const { app, until } = await follow()
+  it('applies a transaction to each kind it changed, each read tagged with the snapshot of the database it read', async () => {
+    const { app, until, sourceVersions } = await follow()
     await admin.query('BEGIN')
     await admin.query("INSERT INTO organizations (id, name) VALUES ('org_gamma', 'Gamma')")
     await admin.query("INSERT INTO members (organization_id, id, email, role) VALUES ('org_gamma', 'g1', 'g1@gamma.example', 'org:admin')")
@@ -244,6 +244,8 @@ describe('following changes', () => {
     await until((data) => data.keys.some((key) => key.name === 'gamma') && data.organizations.length === 3)
     const res = await app.inject({ url: '/v1/organization/members', headers: bearer('gamma-key') })
     expect(res.json()).toEqual({ data: [{ id: 'g1', email: 'g1@gamma.example', first_name: null, last_name: null, role: 'org:admin' }], total_count: 1 })
+    // txid_current_snapshot(): xmin:xmax:xip-list.
+    expect(sourceVersions.at(-1)).toMatch(/^\d+:\d+:[\d,]*$/)
   })
 
   it('reads every organization again when the list of those changed is too long to notify', async () => {
