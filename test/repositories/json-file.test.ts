@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import fc from 'fast-check'
 import { MAX_FILE_BYTES, readJsonFile } from '../../src/repositories/json-file.js'
-import { MAX_DEPTH } from '../../src/repositories/json-syntax.js'
+import { JsonChecker, MAX_DEPTH } from '../../src/repositories/json-syntax.js'
 
 let dir: string
 beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'json-file-')) })
@@ -65,6 +65,16 @@ describe('reading a JSON data file', () => {
     expect(await read(`${'['.repeat(100_000)}x${']'.repeat(100_000)}`)).toEqual({ message: `data.json: nested deeper than ${MAX_DEPTH} levels at line 1, column ${MAX_DEPTH + 1}` })
     // Brackets inside strings do not count.
     expect(await read(`["${'['.repeat(1000)}\\"[["]`)).toEqual({ value: [`${'['.repeat(1000)}"[[`] })
+  })
+
+  it('locates a fault past the first MiB as a single pass over the whole text does, characters cut between windows included', async () => {
+    // 'é' is two bytes: shifted by one byte each time, one of them falls across the end of a MiB.
+    for (const shift of [0, 1]) {
+      const text = `[${' '.repeat(shift)}"${'é'.repeat(800_000)}", {"slug": }]`
+      const whole = new JsonChecker()
+      whole.write(Buffer.from(text))
+      expect(await read(text)).toEqual({ message: `data.json: ${whole.end()!}` })
+    }
   })
 
   it('refuses a file over the limit with one line naming the file, its size and the limit, before reading it', async () => {
