@@ -1,6 +1,6 @@
 import { DataError, KINDS, RECORD_KINDS, type Held, type RecordKind } from './records.js'
 import { applyChange, compactIndex, createSnapshot, withRecords, type KeyedKind, type Index, type RecordCounts, type Snapshot } from './snapshot.js'
-import { readWhole, type Change, type ReadRequest, type Source } from './source.js'
+import { backoff, readWhole, type Change, type ReadRequest, type Source } from './source.js'
 import { quoteValue } from '../schemas/describe-error.js'
 
 /** Notices that arrive within this time of the first are read together: a script's burst becomes one read. */
@@ -21,10 +21,6 @@ const NAMED_MAX = 10_000
 /** Ignored notices are logged one in this period at most, with how many were ignored since. */
 const IGNORED_LOG_MS = 60_000
 
-function backoff (failures: number) {
-  // Jitter, so that replicas that lost the same server do not come back in lockstep.
-  return Math.min(100 * 2 ** failures, MAX_BACKOFF_MS) * (0.5 + Math.random() / 2)
-}
 
 /** What the logs, /metrics and the tests learn of the data served. */
 export interface SnapshotInfo {
@@ -242,7 +238,7 @@ export function createLifecycle (source: Source) {
       }
       releaseHeld()
       const failures = Math.max(...RECORD_KINDS.map((kind) => lanes[kind].failures))
-      if (RECORD_KINDS.some((kind) => lanes[kind].whole || lanes[kind].named.size > 0)) schedule(failures > 0 ? backoff(failures) : 0)
+      if (RECORD_KINDS.some((kind) => lanes[kind].whole || lanes[kind].named.size > 0)) schedule(failures > 0 ? backoff(failures, MAX_BACKOFF_MS) : 0)
     }
     for (const { kind } of requests) void compact(kind)
   }

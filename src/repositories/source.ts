@@ -4,6 +4,12 @@ import { KeyTable } from './key-table.js'
 /** Every record of a kind: keys may come as a KeyTable, built as they were read. */
 export type Whole<K extends RecordKind> = K extends 'keys' ? ReadonlyArray<Held<K>> | KeyTable : ReadonlyArray<Held<K>>
 
+/** A wait after `failures` failures in a row: 100 ms, then twice as long each time, up to `maxMs`. */
+export function backoff (failures: number, maxMs: number): number {
+  // Jitter, so that replicas that lost the same server do not come back in lockstep.
+  return Math.min(100 * 2 ** failures, maxMs) * (0.5 + Math.random() / 2)
+}
+
 /** What the lifecycle asks a source to read of one kind: every record, or those of these keys. */
 export interface ReadRequest<K extends RecordKind = RecordKind> {
   readonly kind: K

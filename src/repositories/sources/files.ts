@@ -50,7 +50,7 @@ async function readFile<K extends RecordKind> (dir: string, kind: K): Promise<Ch
     for (let index = 0; index < records.length; index++) {
       const problem = recordProblem(kind, records[index], index)
       if (problem !== undefined) throw new DataError(`${file}: ${problem}`)
-      if (kind === 'organizations') {
+      if (KINDS[kind].held === 'organizations') {
         // Held serialized (member-list.ts), each organization's member ids checked unique.
         const organization = records[index] as { members: Member[] }
         records[index] = { ...organization, members: compactMembers(organization.members, file, `[${index}].members`) }

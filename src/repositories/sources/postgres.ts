@@ -8,7 +8,7 @@ import { createSlicer } from '../slices.js'
 import { MemberList } from '../member-list.js'
 import { KeyTableBuilder } from '../key-table.js'
 import { quoteValue } from '../../schemas/describe-error.js'
-import type { Change, ReadRequest, Source, SourceEvents } from '../source.js'
+import { backoff, type Change, type ReadRequest, type Source, type SourceEvents } from '../source.js'
 import type { ApiKey } from '../../schemas/fixtures.js'
 import type { Member } from '../../schemas/member.js'
 import { CHANNEL, LIST_KINDS, checkSchema } from './postgres-schema.js'
@@ -75,10 +75,6 @@ function isTransient (error: unknown) {
   return severity === undefined || code.startsWith('08') || code.startsWith('53') || code.startsWith('57P')
 }
 
-function backoff (attempt: number) {
-  // Jitter, so that replicas that lost the same server do not come back in lockstep.
-  return Math.min(100 * 2 ** attempt, MAX_BACKOFF_MS) * (0.5 + Math.random() / 2)
-}
 
 /**
  * A client whose socket is at hand (pg's public `stream` option): a connection the network froze is
@@ -129,7 +125,7 @@ export async function connectPostgres (url: string, timeoutMs: number, { applica
       if (!isTransient(error) || left <= 0) {
         throw new Error(`cannot connect to PostgreSQL at ${locationOf(url)}${isTransient(error) ? ` within ${timeoutMs} ms` : ''}: ${describe(error)}`)
       }
-      const wait = Math.min(backoff(attempt), left)
+      const wait = Math.min(backoff(attempt, MAX_BACKOFF_MS), left)
       onRetry?.(`cannot connect to PostgreSQL at ${locationOf(url)} (try ${attempt + 1}: ${describe(error)}); trying again in ${Math.round(wait)} ms`)
       await sleep(wait)
     }
@@ -407,7 +403,7 @@ export function createPostgresSource ({ url, connectTimeoutMs, onRetry }: { url:
 
   async function reconnect () {
     for (let attempt = 0; !closed && listening === undefined; attempt++) {
-      await sleep(backoff(attempt))
+      await sleep(backoff(attempt, MAX_BACKOFF_MS))
       if (closed) return
       try {
         await listen(0)
