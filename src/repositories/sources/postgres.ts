@@ -186,7 +186,13 @@ async function * rowsOf (client: pg.ClientBase, query: { text: string, values?: 
 async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'): Promise<Change<'keys'>> {
   const columns = 'SELECT name, sha256, kind, organization_id FROM keys'
   const refused: Refusals = new Map()
-  const table = names === 'all' ? new KeyTableBuilder('table keys') : undefined
+  // The table's size as PostgreSQL last estimated it (ANALYZE, autovacuum; -1 when never), so that
+  // the builder's arrays and indexes are made once instead of growing from nothing; an estimate past
+  // a few million is not trusted with the memory it would take at once, and the builder grows instead.
+  const estimate = names === 'all'
+    ? Number((await client.query<{ rows: string }>("SELECT reltuples::bigint AS rows FROM pg_class WHERE oid = 'keys'::regclass")).rows[0]?.rows)
+    : 0
+  const table = names === 'all' ? new KeyTableBuilder('table keys', estimate > 0 && estimate <= ESTIMATE_TRUSTED ? estimate : undefined) : undefined
   const found: ApiKey[] = []
   let index = 0
   // In no order: a key table has none, and reading the table in its own order spares an index scan.
@@ -204,6 +210,9 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
   const present = new Set(found.map((key) => key.name))
   return { kind: 'keys', upsert: found, remove: (names as readonly string[]).filter((name) => !present.has(name) && !refused.has(name)), rowsRead: index, refused }
 }
+
+/** The most keys a whole read sizes its table for before reading them: 4 times the gateway's million. */
+const ESTIMATE_TRUSTED = 4_000_000
 
 /** A member row, in array mode: organization_id, id, email, first_name, last_name, role. */
 const MEMBER_COLUMNS = 'organization_id, id, email, first_name, last_name, role'
