@@ -43,9 +43,20 @@ export interface SerializedList {
   readonly representations: Readonly<Record<Coding, Representation>>
 }
 
+/**
+ * The bytes of `view` in memory of their own: zlib answers a view of its whole output chunk (64 KiB),
+ * which a cache counting the view's length would keep dozens of times over.
+ */
+function exactCopy (view: Buffer): Buffer {
+  if (view.byteOffset === 0 && view.length === view.buffer.byteLength) return view
+  const copy = Buffer.allocUnsafeSlow(view.length)
+  view.copy(copy)
+  return copy
+}
+
 /** A list's tag is the hash of its bytes: the same data has the same tag on every replica. */
 function representList (body: Buffer, coding: Coding): Representation {
-  return { body, coding, etag: `"${createHash('sha256').update(body).digest('base64url')}"` }
+  return { body: exactCopy(body), coding, etag: `"${createHash('sha256').update(body).digest('base64url')}"` }
 }
 
 const LIST_GZIP = { level: 9 }
@@ -125,9 +136,9 @@ export class PageRepresentation implements Representation {
     let body = this.#cache.get(this.etag)
     if (body === undefined) {
       const json = this.#json
-      body = this.coding === 'gzip'
+      body = exactCopy(this.coding === 'gzip'
         ? gzipSync(json, PAGE_GZIP)
-        : brotliCompressSync(json, { params: { ...PAGE_BROTLI, [zlib.BROTLI_PARAM_SIZE_HINT]: json.length } })
+        : brotliCompressSync(json, { params: { ...PAGE_BROTLI, [zlib.BROTLI_PARAM_SIZE_HINT]: json.length } }))
       this.#cache.set(this.etag, body)
     }
     return body

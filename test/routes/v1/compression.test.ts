@@ -170,6 +170,20 @@ describe('compressed member pages', () => {
     expect(cache.get(new PageRepresentation(page(199), 0, 100, 'gzip', cache).etag)).toBe(bodies[199])
     expect(cache.has(new PageRepresentation(page(0), 0, 100, 'gzip', cache).etag)).toBe(false)
   })
+
+  it('holds no more memory than the bound it counts, in either coding', () => {
+    const cache = compressedPages(64 * 1024)
+    const page = (i: number) => ({ json: Buffer.from(JSON.stringify({ data: Array.from({ length: 100 }, (_, k) => ({ id: `user_${i}_${k}`, email: `m${k}@org${i}.example` })) })), version: `v${i}` })
+    for (let i = 0; i < 200; i++) {
+      for (const coding of ['gzip', 'br'] as const) void new PageRepresentation(page(i), 0, 100, coding, cache).body
+    }
+    // What a kept body holds on to: zlib hands back a view of its whole output chunk (64 KiB) for a
+    // body of 1 KB, and the bound counted the view.
+    let held = 0
+    for (const body of cache.values()) held += body.buffer.byteLength
+    expect(cache.size).toBeGreaterThan(10)
+    expect(held).toBeLessThanOrEqual(64 * 1024)
+  })
 })
 
 describe('compression over a real socket', () => {
