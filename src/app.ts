@@ -75,7 +75,7 @@ export function buildApp ({ snapshots, log, settings }: AppOptions) {
   const config: AppSettings = { ...loadConfig({}), ...settings }
   const app = Fastify({
     logger: loggerOptions(log),
-    logController: new AccessLogController(),
+    logController: new AccessLogController(log?.stream),
     childLoggerFactory: requestLogger,
     frameworkErrors,
     clientErrorHandler,
