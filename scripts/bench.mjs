@@ -255,16 +255,19 @@ const summarize = (runs) => ({
 })
 
 /**
- * Alternates two targets (A B A B ...) for ROUNDS rounds after a short warm-up of each. The ratio
- * B/A is the median of the ratios of each round's adjacent runs, which drifts of the machine
- * between rounds affect less than a ratio of medians.
+ * Alternates two targets for ROUNDS rounds after a short warm-up of each, A first in one round and
+ * B first in the next (A B B A A B ...), so that neither gains from its place. The ratio B/A is the
+ * median of the ratios of each round's adjacent runs, which drifts of the machine between rounds
+ * affect less than a ratio of medians.
  */
 async function alternate ([a, b]) {
   for (const t of [a, b]) await wrk(t.url, t.headers, 1)
   const runs = [[], []]
   for (let round = 0; round < ROUNDS; round++) {
-    runs[0].push(await wrk(a.url, a.headers))
-    runs[1].push(await wrk(b.url, b.headers))
+    for (const side of round % 2 === 0 ? [0, 1] : [1, 0]) {
+      const t = side === 0 ? a : b
+      runs[side].push(await wrk(t.url, t.headers))
+    }
   }
   return { a: summarize(runs[0]), b: summarize(runs[1]), ratio: median(runs[1].map((r, i) => r.rps / runs[0][i].rps)) }
 }
@@ -489,7 +492,10 @@ async function main () {
   print('request; validation: the query read as two numbers, no Ajv, no integer check); both services of those two')
   print('rows run tsc\'s output unbundled, since the preload replaces a module. CORS is off by default, so')
   print('its row turns it on (with an `Origin` that it allows), and the Redis row shares the counters in a local')
-  print('redis-server instead of memory.')
+  print('redis-server instead of memory. The first row starts the same service twice: how far its ratio is from 1.00')
+  print('is what this run\'s noise alone reads. Over loopback a feature reads costlier than its own work: in CPU')
+  print('profiles of the service with and without its access line, the time in the answers\' `writev` per request')
+  print('grew with the rest (23 µs against 18): likely the cost of waking wrk, which waits more often for a slower server.')
   print()
   print('| Feature | Turned off by | On req/s | Off req/s | Ratio on/off | On p99 | Off p99 | Errors |')
   print('|---|---|---:|---:|---:|---:|---:|---:|')
@@ -498,6 +504,8 @@ async function main () {
   const dashboard = 'https://dash.example'
   // `aim`: the least ratio on/off aimed at (issue 29), each feature doing all it does.
   const features = [
+    // Two services alike: what the ratio of a feature that costs nothing reads in this run.
+    { label: 'none (the same service twice)', off: {}, describe: 'nothing' },
     { label: 'auth (bearer check, SHA-256, key lookup)', without: 'auth', describe: 'bench-without.mjs: auth', aim: 0.95 },
     { label: 'access line (one per request)', off: { LOG_LEVEL: 'warn' }, aim: 0.95 },
     { label: 'metrics', off: { METRICS: 'false' }, aim: 0.95 },
