@@ -21,7 +21,6 @@ const NAMED_MAX = 10_000
 /** Ignored notices are logged one in this period at most, with how many were ignored since. */
 const IGNORED_LOG_MS = 60_000
 
-
 /** What the logs, /metrics and the tests learn of the data served. */
 export interface SnapshotInfo {
   /** The source of the data: `files`, `postgres`. */
@@ -80,7 +79,7 @@ interface Lane {
    * reads installed since it started, which the compacted index takes as they are served.
    */
   compacting: Set<string> | undefined
-  /** Whole reads installed since start: a compaction of a index a whole read replaced is dropped. */
+  /** Whole reads installed since start: a compaction of an index a whole read replaced is dropped. */
   wholeInstalls: number
 }
 

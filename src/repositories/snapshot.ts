@@ -55,7 +55,7 @@ export type RecordCounts = { [kind in RecordKind | 'members']: number }
 /**
  * What a request is answered from: one immutable, versioned set of every kind's records and what the
  * hot path derives from them (the lists' bodies, the key index, the member pages). A change makes a
- * new snapshot that shares every index it did not touch, and, within a index, every record it did not
+ * new snapshot that shares every index it did not touch, and, within an index, every record it did not
  * touch. A request reads the current snapshot once and answers from it to its last byte.
  */
 export class Snapshot {

@@ -19,8 +19,14 @@ function memorySource () {
   const source = {
     records,
     reads,
-    /** Holds the reads of a kind (whole or named) until the promise given resolves. */
+    /** Held reads, by kind and `all` or `named`. */
     gates: new Map<string, Promise<void>>(),
+    /** Holds the reads of a kind, whole or named, until the function it answers is called. */
+    hold (kind: RecordKind, keys: 'all' | 'named'): () => void {
+      let release = () => {}
+      source.gates.set(`${kind}:${keys}`, new Promise((resolve) => { release = resolve }))
+      return release
+    },
     /** Reads of names that fail, as a name no table can hold makes them fail. */
     failing: new Set<string>(),
     /** Kinds whose data is bad: refused, each alone. */
@@ -70,8 +76,7 @@ const key = (name: string, organization = 'org_alpha'): ApiKey => ({ name, sha25
  * resolves once the key's read is installed (without the key, which waits for its organization).
  */
 async function keyIntoOrganizationBeingRead (source: ReturnType<typeof memorySource>) {
-  let release = () => {}
-  source.gates.set('organizations:named', new Promise((resolve) => { release = resolve }))
+  const release = source.hold('organizations', 'named')
   source.records.organizations.push({ id: 'org_new', name: 'New', members: MemberList.of([]) })
   source.change('organizations', ['org_new'])
   source.records.keys.push(key('moved', 'org_new'))
@@ -125,8 +130,7 @@ describe('the lifecycle of the data', () => {
   it('installs a revocation while another kind is being read whole', async () => {
     const source = memorySource()
     const { until } = await follow(source)
-    let release = () => {}
-    source.gates.set('organizations:all', new Promise((resolve) => { release = resolve }))
+    const release = source.hold('organizations', 'all')
     source.records.organizations = source.records.organizations.slice(1)
     source.change('organizations')
     await expect.poll(() => source.reads.some((read) => read.kind === 'organizations' && read.keys === 'all')).toBe(true)
@@ -154,8 +158,7 @@ describe('the lifecycle of the data', () => {
   it('installs named records while a whole read of their kind is held, and the whole read keeps them when it installs', async () => {
     const source = memorySource()
     const { until } = await follow(source)
-    let release = () => {}
-    source.gates.set('keys:all', new Promise((resolve) => { release = resolve }))
+    const release = source.hold('keys', 'all')
     source.records.keys.push(key('bulk-1'), key('bulk-2'))
     source.change('keys')
     await expect.poll(() => source.reads.some((read) => read.keys === 'all')).toBe(true)
@@ -217,8 +220,7 @@ describe('the lifecycle of the data', () => {
       error () {},
       warn () {}
     })
-    let release = () => {}
-    source.gates.set('keys:named', new Promise((resolve) => { release = resolve }))
+    const release = source.hold('keys', 'named')
     // One transaction: every key of org_alpha moves to org_beta, and org_alpha goes.
     source.records.keys = source.records.keys.map((record) => record.organization_id === 'org_alpha' ? { ...record, organization_id: 'org_beta' } : record)
     source.records.organizations = source.records.organizations.filter((record) => record.id !== 'org_alpha')

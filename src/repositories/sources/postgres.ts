@@ -75,7 +75,6 @@ function isTransient (error: unknown) {
   return severity === undefined || code.startsWith('08') || code.startsWith('53') || code.startsWith('57P')
 }
 
-
 /**
  * A client whose socket is at hand (pg's public `stream` option): a connection the network froze is
  * destroyed at once, where ending it would wait for an answer that never comes.
@@ -186,13 +185,8 @@ async function * rowsOf (client: pg.ClientBase, query: { text: string, values?: 
 async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'): Promise<Change<'keys'>> {
   const columns = 'SELECT name, sha256, kind, organization_id FROM keys'
   const refused: Refusals = new Map()
-  // The table's size as PostgreSQL last estimated it (ANALYZE, autovacuum; -1 when never), so that
-  // the builder's arrays and indexes are made once instead of growing from nothing; an estimate past
-  // a few million is not trusted with the memory it would take at once, and the builder grows instead.
-  const estimate = names === 'all'
-    ? Number((await client.query<{ rows: string }>("SELECT reltuples::bigint AS rows FROM pg_class WHERE oid = 'keys'::regclass")).rows[0]?.rows)
-    : 0
-  const table = names === 'all' ? new KeyTableBuilder('table keys', estimate > 0 && estimate <= ESTIMATE_TRUSTED ? estimate : undefined) : undefined
+  // Sized once for the rows PostgreSQL expects, instead of growing from nothing.
+  const table = names === 'all' ? new KeyTableBuilder('table keys', await estimatedKeys(client)) : undefined
   const found: ApiKey[] = []
   let index = 0
   // In no order: a key table has none, and reading the table in its own order spares an index scan.
@@ -213,6 +207,16 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
 
 /** The most keys a whole read sizes its table for before reading them: 4 times the gateway's million. */
 const ESTIMATE_TRUSTED = 4_000_000
+
+/**
+ * The rows of table keys as PostgreSQL last estimated them (ANALYZE, autovacuum), or undefined when it
+ * never did (-1) or when the estimate is past what is trusted with the memory it would take at once.
+ */
+async function estimatedKeys (client: pg.ClientBase): Promise<number | undefined> {
+  const { rows: [row] } = await client.query<{ rows: string }>("SELECT reltuples::bigint AS rows FROM pg_class WHERE oid = 'keys'::regclass")
+  const estimate = Number(row?.rows)
+  return estimate > 0 && estimate <= ESTIMATE_TRUSTED ? estimate : undefined
+}
 
 /** A member row, in array mode: organization_id, id, email, first_name, last_name, role. */
 const MEMBER_COLUMNS = 'organization_id, id, email, first_name, last_name, role'
