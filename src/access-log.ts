@@ -87,7 +87,7 @@ type LineWriter = (bindings: Bindings, method: string, url: string, statusCode: 
  * The line pino writes for a request completed (its default base: pid and hostname; epoch time),
  * made as one template and written to pino's destination: pino's walk over the line's object,
  * escaping each key and value on its own, was the largest part of an access line's cost
- * (BENCHMARKS.md). test/access-log.test.ts holds this line equal to pino's own for the same fields,
+ * (docs/performance.md, "The request path"). test/access-log.test.ts holds this line equal to pino's own for the same fields,
  * escapes included: a pino release that writes its lines otherwise fails it.
  */
 function accessLineWriter (stream: DestinationStream): LineWriter {

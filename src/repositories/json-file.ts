@@ -5,9 +5,9 @@ import { JsonChecker, UTF8_BOM } from './json-syntax.js'
 import { createSlicer } from './slices.js'
 
 /**
- * The largest data file read. Files are for local work, CI and data a ConfigMap or a Secret holds
- * (1 MiB): at this size JSON.parse holds the event loop some 25 ms (BENCHMARKS.md), within the
- * budget of a reload. Larger data belongs in PostgreSQL, which is read a batch at a time.
+ * The largest data file read. Files are for local work, CI and data a ConfigMap or a Secret holds:
+ * at this size JSON.parse holds the event loop some 25 ms (docs/data.md), within the budget of a
+ * reload. Larger data belongs in PostgreSQL, which is read a batch at a time.
  */
 export const MAX_FILE_BYTES = 8 * 1024 * 1024
 

@@ -170,7 +170,7 @@ async function readList (client: pg.ClientBase, kind: RecordKind): Promise<Chang
 
 /**
  * The rows of a query of text columns, in batches: a whole table (no values) by COPY, a chunk at a
- * time, which costs half what a cursor does (BENCHMARKS.md, "PostgreSQL"); the rows a notice names
+ * time, which costs less than a cursor (docs/postgresql.md says by how much); the rows a notice names
  * (at most 10,000 names) in one query, since COPY takes no parameters.
  */
 async function * rowsOf (client: pg.ClientBase, query: { text: string, values?: unknown[] }): AsyncGenerator<TextRow[]> {
