@@ -17,6 +17,9 @@ const ConfigSchema = Type.Object({
   // When set, the data is in PostgreSQL, and FIXTURES_DIR is not read.
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'postgresql://user:password@host:port/database' })),
   DATABASE_CONNECT_TIMEOUT_MS: Type.Integer({ default: 30000, minimum: 0, description: 'How long an unreachable database is retried at start' }),
+  // Where notifications cannot arrive (a hot standby, a transaction pooler): a read of the change
+  // log this often, one small query when nothing changed.
+  POLL_INTERVAL_MS: Type.Integer({ default: 1000, minimum: 10, description: 'How often the change log is read where notifications cannot arrive' }),
   METRICS: Type.Boolean({ default: true, description: 'Serve GET /metrics and measure every request' }),
   // Per key and per client address; 0 turns that limit off. High enough that a test suite never
   // meets them, low enough to stop a runaway loop from starving the other clients.

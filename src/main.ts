@@ -52,6 +52,9 @@ function describeUse (config: Config, source: Source) {
   }
 }
 
+/** The modes in the start line's words. */
+const FOLLOWED_BY = { notify: 'notifications', poll: 'polling the change log', watch: 'watching the folder', none: 'nothing' } as const
+
 async function main () {
   let config
   let source: Source
@@ -64,6 +67,7 @@ async function main () {
       ? (await import('./repositories/sources/postgres.js')).createPostgresSource({
           url: config.DATABASE_URL,
           connectTimeoutMs: config.DATABASE_CONNECT_TIMEOUT_MS,
+          pollIntervalMs: config.POLL_INTERVAL_MS,
           onRetry: (line) => process.stderr.write(`${line}\n`)
         })
       : createFileSource(config.FIXTURES_DIR)
@@ -82,8 +86,9 @@ async function main () {
     log: destination ? { level: config.LOG_LEVEL, stream: destination } : { level: config.LOG_LEVEL, pretty: true }
   })
 
-  // Each kind's changes are installed as they come, or refused while its last good records keep serving.
-  lifecycle.follow(app.log)
+  // What changed after the position listed is installed as it comes, each batch as one snapshot, or
+  // refused kind by kind while the last good records keep serving. Known once it resolves: how (the mode).
+  await lifecycle.follow(app.log)
   // SIGHUP reloads, as it does for nginx and most daemons; it never stops the process.
   process.on('SIGHUP', () => lifecycle.reload())
 
@@ -106,8 +111,9 @@ async function main () {
   }
   const use = describeUse(config, source)
   app.log.info(use.fields, use.message)
-  const { version, fingerprint, records } = lifecycle.info()
-  app.log.info({ source: source.name, location: source.location, snapshot: { version, fingerprint }, records, docs: `${address}/docs` }, `directory loaded; the API reference is at ${address}/docs`)
+  const { version, fingerprint, records, mode } = lifecycle.info()
+  app.log.info({ source: source.name, location: source.location, mode, snapshot: { version, fingerprint }, records, docs: `${address}/docs` },
+    `directory loaded; changes followed by ${FOLLOWED_BY[mode]}; the API reference is at ${address}/docs`)
   // The start-up lines are worth seeing at once, not up to a second later.
   destination?.flush()
   // Everything a request needs is compiled by now: the next start reads it from the cache. (Node.js

@@ -134,11 +134,16 @@ export function captureLogs (level = 'info') {
 
 /**
  * Snapshots over records given, changed by hand: `install(data)` makes the next snapshot, `refused()`
- * counts a refusal. The first snapshot is made when the app gets ready.
+ * counts a refusal, `follows(...)` sets how the source is followed (mode, position, lag). The first
+ * snapshot is made when the app gets ready.
  */
 export function snapshotsOf (data: DirectoryData, source = 'test') {
   let snapshot: Snapshot | undefined
   const reloads = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['changes']
+  // Files are watched and have no position; any other source is a PostgreSQL notified, caught up.
+  const following: Pick<SnapshotInfo, 'readFailures' | 'mode' | 'position' | 'lag'> = source === 'files'
+    ? { readFailures: 0, mode: 'watch', position: undefined, lag: { entries: 0, seconds: 0 } }
+    : { readFailures: 0, mode: 'notify', position: 1000, lag: { entries: 0, seconds: 0 } }
   const ready = createSnapshot(data).then((first) => { snapshot = first })
   return {
     ready,
@@ -150,13 +155,19 @@ export function snapshotsOf (data: DirectoryData, source = 'test') {
       installedAt: snapshot!.installedAt,
       records: snapshot!.counts(),
       changes: structuredClone(reloads),
-      readFailures: Object.fromEntries(RECORD_KINDS.map((kind) => [kind, 0])) as SnapshotInfo['readFailures'],
-      noticesIgnored: 0,
+      readFailures: following.readFailures,
+      mode: following.mode,
+      position: following.position,
+      lag: { ...following.lag },
       following: true
     }),
     async install (next: DirectoryData) {
       snapshot = await createSnapshot(next, snapshot!.version + 1)
       for (const kind of RECORD_KINDS) reloads[kind].succeeded++
+      if (following.position !== undefined) following.position++
+    },
+    follows (state: Partial<typeof following>) {
+      Object.assign(following, state)
     },
     refused (kind: keyof SnapshotInfo['changes'] = 'providers') {
       reloads[kind].failed++
@@ -243,8 +254,11 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
   const sourceVersions: Array<string | undefined> = []
   /** What was logged as a warning (a read that failed and is tried again), with its problem. */
   const warnings: string[] = []
-  lifecycle.follow({
-    info (object: { change?: string, rows_read?: Record<string, number>, source_version?: string }, message) {
+  /** The modes the source said it follows changes by, in order. */
+  const modes: string[] = []
+  const followed = lifecycle.follow({
+    info (object: { change?: string, rows_read?: Record<string, number>, source_version?: string, mode?: string }, message) {
+      if (message.startsWith('following changes by')) modes.push(object.mode!)
       // Kinds read together are installed together, their changes joined by '; '.
       if (message === 'change installed') {
         installed += String(object.change).split('; ').length
@@ -279,6 +293,9 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
     installs: (count: number) => poll(`${count} installs`, () => installed >= count ? installed : undefined),
     rowsRead,
     sourceVersions,
-    warnings
+    warnings,
+    modes,
+    /** Resolves once the source knows how it follows changes. */
+    followed
   }
 }

@@ -1,9 +1,10 @@
 import { execFile, execFileSync } from 'node:child_process'
 import { existsSync, readdirSync } from 'node:fs'
-import { chown, mkdtemp, rm } from 'node:fs/promises'
+import { chown, mkdtemp, readFile, rm } from 'node:fs/promises'
 import net from 'node:net'
 import { tmpdir, userInfo } from 'node:os'
 import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import pg from 'pg'
 import { freePort } from './process.js'
@@ -12,11 +13,33 @@ const run = promisify(execFile)
 
 /** A real PostgreSQL server of the tests' own: a cluster in a temporary folder, on a free port. */
 export interface PostgresServer {
+  /** Its port on 127.0.0.1. */
+  readonly port: number
+  /** Its folder: the cluster in `data`, the server's log in `log`, its socket. */
+  readonly dir: string
   /** A new, empty database on this server; its URL (no password: the cluster trusts local connections). */
   createDatabase(): Promise<string>
+  /** A hot standby of this server (a physical streaming replica), running; close it before this server. */
+  startStandby(): Promise<Standby>
   /** Stops the server (fast shutdown: connections are cut), keeping its data. */
   stop(): Promise<void>
   /** Starts it again on the same port and data. */
+  start(): Promise<void>
+  /** Stops it and removes its folder. */
+  close(): Promise<void>
+}
+
+/** A hot standby of a server of the tests': read-only, it replays what its primary writes. */
+export interface Standby {
+  /** Its port on 127.0.0.1. */
+  readonly port: number
+  /** The URL of the database `database` on the standby (its databases are its primary's). */
+  url(database: string): string
+  /** Resolves once the standby has replayed everything its primary had committed when this was called. */
+  caughtUp(timeoutMs?: number): Promise<void>
+  /** Stops the standby (fast shutdown), keeping its data. */
+  stop(): Promise<void>
+  /** Starts it again on the same port and data; it streams again from its primary. */
   start(): Promise<void>
   /** Stops it and removes its folder. */
   close(): Promise<void>
@@ -43,32 +66,48 @@ function findBinaries () {
 // The server refuses to run as root: then it runs as the postgres user, which owns the folder.
 const asRoot = userInfo().uid === 0
 
-export async function startPostgres (): Promise<PostgresServer> {
-  const bin = findBinaries()
-  const dir = await mkdtemp(join(tmpdir(), 'pg-'))
-  const data = join(dir, 'data')
-  const exec = (program: string, args: string[]) => asRoot
+/** Runs one of the server's programs, as the postgres user when root. */
+function exec (bin: string, program: string, args: string[]) {
+  return asRoot
     ? run('runuser', ['-u', 'postgres', '--', join(bin, program), ...args])
     : run(join(bin, program), args)
+}
+
+/** A new temporary folder, the postgres user's when root: the server writes into it. */
+async function serverFolder (prefix: string) {
+  const dir = await mkdtemp(join(tmpdir(), prefix))
   if (asRoot) {
     const { stdout } = await run('id', ['-u', 'postgres'])
     const { stdout: gid } = await run('id', ['-g', 'postgres'])
     await chown(dir, Number(stdout), Number(gid))
   }
-  const port = await freePort()
-  let databases = 0
-  let running = false
+  return dir
+}
 
+/**
+ * Starts and stops the cluster in `dir`/data, on `port`, its socket in `dir`, a primary's or a
+ * standby's alike: `open` makes it (`create`) and starts it, `close` stops it and removes `dir`.
+ */
+function control (bin: string, dir: string, port: number) {
+  const data = join(dir, 'data')
+  let running = false
   const start = async () => {
     // Durability is of no use to a test cluster, and costs time at every commit.
     const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200`
-    await exec('pg_ctl', ['-D', data, '-o', options, '-l', join(dir, 'log'), '-w', '-t', '60', 'start'])
+    // -w waits until it accepts connections: a standby's, once it has replayed up to a consistent state.
+    try {
+      await exec(bin, 'pg_ctl', ['-D', data, '-o', options, '-l', join(dir, 'log'), '-w', '-t', '60', 'start'])
+    } catch (error) {
+      // pg_ctl says "Examine the log output": the log goes with the folder, so it is told here.
+      const log = await readFile(join(dir, 'log'), 'utf8').catch(() => '')
+      throw new Error(`${(error as Error).message}\n${log}`)
+    }
     running = true
   }
   const stop = async () => {
     if (!running) return
     running = false
-    await exec('pg_ctl', ['-D', data, '-m', 'fast', '-w', 'stop'])
+    await exec(bin, 'pg_ctl', ['-D', data, '-m', 'fast', '-w', 'stop'])
   }
   // Should the test process end without afterAll (a crash), the server must not outlive it.
   const stopAtExit = () => {
@@ -79,40 +118,107 @@ export async function startPostgres (): Promise<PostgresServer> {
       else execFileSync(join(bin, 'pg_ctl'), args, { stdio: 'ignore' })
     } catch {}
   }
-
-  try {
-    await exec('initdb', ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--locale=C', '--no-sync'])
-    await start()
-  } catch (error) {
-    stopAtExit()
-    await rm(dir, { recursive: true, force: true })
-    throw error
+  /** Starts the cluster, then stops it at the process' exit; on failure, nothing is left behind. */
+  const open = async (create: () => Promise<unknown>) => {
+    try {
+      await create()
+      await start()
+    } catch (error) {
+      stopAtExit()
+      await rm(dir, { recursive: true, force: true })
+      throw error
+    }
+    process.once('exit', stopAtExit)
   }
-  process.once('exit', stopAtExit)
+  const close = async () => {
+    process.off('exit', stopAtExit)
+    try {
+      await stop()
+    } finally {
+      stopAtExit()
+      await rm(dir, { recursive: true, force: true })
+    }
+  }
+  return { data, open, start, stop, close }
+}
+
+/** Runs `use` on a connection of its own to `url`, closed after. */
+async function withClient<T> (url: string, use: (client: pg.Client) => Promise<T>) {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    return await use(client)
+  } finally {
+    await client.end()
+  }
+}
+
+export async function startPostgres (): Promise<PostgresServer> {
+  const bin = findBinaries()
+  const dir = await serverFolder('pg-')
+  const port = await freePort()
+  const cluster = control(bin, dir, port)
+  const url = (database: string) => `postgresql://postgres@127.0.0.1:${port}/${database}`
+  let databases = 0
+
+  // --auth=trust trusts replication connections from 127.0.0.1 too (pg_hba's `host replication all
+  // 127.0.0.1/32 trust`), and the defaults let a standby stream: wal_level=replica, max_wal_senders=10.
+  await cluster.open(() => exec(bin, 'initdb', ['-D', cluster.data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--locale=C', '--no-sync']))
 
   return {
+    port,
+    dir,
     async createDatabase () {
       const name = `test_${++databases}`
-      const client = new pg.Client({ connectionString: `postgresql://postgres@127.0.0.1:${port}/postgres` })
-      await client.connect()
-      try {
-        await client.query(`CREATE DATABASE ${name}`)
-      } finally {
-        await client.end()
-      }
-      return `postgresql://postgres@127.0.0.1:${port}/${name}`
+      await withClient(url('postgres'), (client) => client.query(`CREATE DATABASE ${name}`))
+      return url(name)
     },
-    stop,
-    start,
-    async close () {
-      process.off('exit', stopAtExit)
-      try {
-        await stop()
-      } finally {
-        stopAtExit()
-        await rm(dir, { recursive: true, force: true })
-      }
-    }
+    startStandby: () => startStandby(bin, port),
+    stop: cluster.stop,
+    start: cluster.start,
+    close: cluster.close
+  }
+}
+
+/** A hot standby of the server on `primaryPort`, from a base backup of it, on a port of its own. */
+async function startStandby (bin: string, primaryPort: number): Promise<Standby> {
+  const dir = await serverFolder('pg-standby-')
+  const port = await freePort()
+  const cluster = control(bin, dir, port)
+  const url = (database: string) => `postgresql://postgres@127.0.0.1:${port}/${database}`
+  const primary = `postgresql://postgres@127.0.0.1:${primaryPort}/postgres`
+
+  // -R writes standby.signal and primary_conninfo (the address given here), -X stream copies the WAL
+  // written during the backup alongside it, -c fast checkpoints at once rather than at the next one.
+  await cluster.open(() => exec(bin, 'pg_basebackup', ['-D', cluster.data, '-h', '127.0.0.1', '-p', String(primaryPort), '-U', 'postgres', '-R', '-X', 'stream', '-c', 'fast', '--no-sync']))
+
+  return {
+    port,
+    url,
+    async caughtUp (timeoutMs = 10000) {
+      // The primary commits asynchronously (synchronous_commit=off): its last commits may lie in WAL
+      // not yet written, so neither sent nor counted by pg_current_wal_lsn(). A transaction of our own
+      // that writes WAL (a message for logical decoding, which no one reads here), committed
+      // synchronously, flushes all WAL before it: the standby must replay that far. (txid_current()
+      // alone would not do: a transaction that wrote no WAL but its commit record commits asynchronously.)
+      const lsn = await withClient(primary, async (client) => {
+        await client.query('SET synchronous_commit = on')
+        await client.query("SELECT pg_logical_emit_message(true, 'caught-up', '')")
+        return (await client.query<{ lsn: string }>('SELECT pg_current_wal_flush_lsn()::text AS lsn')).rows[0]!.lsn
+      })
+      await withClient(url('postgres'), async (client) => {
+        const deadline = Date.now() + timeoutMs
+        for (;;) {
+          const { rows } = await client.query<{ replayed: boolean }>('SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn AS replayed', [lsn])
+          if (rows[0]!.replayed) return
+          if (Date.now() > deadline) throw new Error(`the standby did not replay up to ${lsn} within ${timeoutMs} ms`)
+          await sleep(20)
+        }
+      })
+    },
+    stop: cluster.stop,
+    start: cluster.start,
+    close: cluster.close
   }
 }
 

@@ -273,21 +273,44 @@ function snapshotMetrics (registry: Registry, snapshots: Snapshots) {
   })
   new Counter({
     name: 'directory_source_read_failures_total',
-    help: 'Reads of each kind that failed since start (the source, not the data: a connection cut, a timeout); each is tried again, named records falling back to a whole read',
-    labelNames: ['kind'] as const,
+    help: 'Reads of changes that failed since start (the source, not the data: a connection cut, a timeout); each is tried again, from the same position',
     registers: [registry],
     collect () {
       this.reset()
-      for (const [kind, count] of Object.entries(snapshots.info().readFailures)) this.inc({ kind }, count)
+      this.inc(snapshots.info().readFailures)
     }
   })
-  new Counter({
-    name: 'directory_notices_ignored_total',
-    help: 'Notices of change ignored since start, being of no shape the source sends (PostgreSQL: a NOTIFY on the channel by another role)',
+  new Gauge({
+    name: 'directory_source_position',
+    help: 'PostgreSQL: the transaction horizon of the snapshot served (the xmax of the database snapshot it was read at, a 64-bit transaction id), comparable between replicas of one database; absent with files',
+    registers: [registry],
+    collect () {
+      const { position } = snapshots.info()
+      // No sample rather than a 0 that would read as a position.
+      if (position === undefined) this.remove()
+      else this.set(position)
+    }
+  })
+  new Gauge({
+    name: 'directory_source_lag_entries',
+    help: 'Entries of the change log committed and not yet installed by this replica, as of the scrape: 0 when caught up or unknown',
+    registers: [registry],
+    collect () { this.set(snapshots.info().lag.entries) }
+  })
+  new Gauge({
+    name: 'directory_source_lag_seconds',
+    help: 'Age in seconds of the oldest entry of the change log this replica has not installed yet, as of the scrape: 0 when caught up or unknown',
+    registers: [registry],
+    collect () { this.set(snapshots.info().lag.seconds) }
+  })
+  new Gauge({
+    name: 'directory_source_mode',
+    help: 'How changes of the source are followed: notify (PostgreSQL, woken by NOTIFY), poll (PostgreSQL, the log read every POLL_INTERVAL_MS), watch (files); 1 for the mode in use, the only series',
+    labelNames: ['mode'] as const,
     registers: [registry],
     collect () {
       this.reset()
-      this.inc(snapshots.info().noticesIgnored)
+      this.set({ mode: snapshots.info().mode }, 1)
     }
   })
 }

@@ -10,14 +10,14 @@ export function backoff (failures: number, maxMs: number): number {
   return Math.min(100 * 2 ** failures, maxMs) * (0.5 + Math.random() / 2)
 }
 
-/** What the lifecycle asks a source to read of one kind: every record, or those of these keys. */
+/** What the source reads of one kind: every record, or those of these keys. */
 export interface ReadRequest<K extends RecordKind = RecordKind> {
   readonly kind: K
   readonly keys: readonly string[] | 'all'
 }
 
 /**
- * What a source hands over for one kind: every record of the kind, or the records a notice named
+ * What a source hands over for one kind: every record of the kind, or the records named as changed
  * (`upsert`: those that exist, in full; `remove`: the keys of those that no longer do).
  */
 export type Change<K extends RecordKind = RecordKind> = (
@@ -31,63 +31,89 @@ export type Change<K extends RecordKind = RecordKind> = (
   readonly refused?: ReadonlyMap<string, string>
   /** The rows the read took from the source, when it counts them: what the change cost. */
   readonly rowsRead?: number
-  /**
-   * The version of the source it was read from: the folder's generation (or the files' signatures),
-   * PostgreSQL's snapshot of the read's transaction. The changes of one read share it.
-   */
-  readonly sourceVersion?: string
 }
 
-/** What a source tells the lifecycle while it follows changes. */
-export interface SourceEvents {
-  /** Records of a kind changed: those named by `keys` (their key field), or any when absent. */
-  changed(kind: RecordKind, keys?: readonly string[]): void
-  /** Whether changes can be followed now (the connection is up, the folder exists); why not when not. */
-  following(up: boolean, problem?: Error): void
-  /** A notice of change was of no shape the source sends (anyone who can connect can send one): ignored, and why. */
-  ignored(problem: string): void
+/** A kind the source could not hand over: its data is bad (the DataError names file or table, record and field). */
+export interface Refusal {
+  readonly kind: RecordKind
+  readonly error: DataError
 }
 
 /**
- * Where the records come from: the data files or PostgreSQL. A source only reads and tells of
- * changes; it knows nothing of what is served. The lifecycle (lifecycle.ts) decides when to read,
- * installs what was read, and keeps the last good records of a kind whose change it refuses.
+ * What one read of a source hands over: the changes of every kind that changed, all read at one
+ * position of the source (one PostgreSQL transaction snapshot, one generation of a folder), to be
+ * installed as one snapshot: a state the source really had.
+ */
+export interface Batch {
+  /** Where the source was: the next read hands over what changed after it. Opaque to all but its source. */
+  readonly position: string
+  /** The position in the words of the logs (the folder's generation, PostgreSQL's snapshot); the position itself when absent. */
+  readonly version?: string
+  /** A number that grows with the position, comparable between replicas of one source (PostgreSQL: a transaction id). */
+  readonly horizon?: number
+  /** A change, or a refusal, of each kind that changed; none when nothing did. */
+  readonly changes: ReadonlyArray<Change | Refusal>
+  /** Set when every kind was read whole because what changed since the position could not be told: why. */
+  readonly relisted?: string
+}
+
+/** How a source learns that something may have changed. */
+export type FollowMode = 'notify' | 'poll' | 'watch'
+
+/** What a source tells the lifecycle while it follows changes. */
+export interface SourceEvents {
+  /** Something may have changed since the position: a read of the changes is due. Says nothing of what. */
+  wake(): void
+  /** Whether changes can be followed now (the database answers, the folder exists); why not when not. */
+  following(up: boolean, problem?: Error): void
+  /** How changes are learnt of from now on, and why (a hot standby, a pooler that drops notifications). */
+  mode(mode: FollowMode, reason: string): void
+  /** A read under way found `entries` changes past the position, the oldest written at `oldestAt` (ms since the epoch). */
+  behind(entries: number, oldestAt: number): void
+}
+
+/**
+ * Where the records come from: the data files or PostgreSQL. A source lists every kind at a
+ * position, then hands over what changed after a position, each read at one position of its own; it
+ * knows nothing of what is served. The lifecycle (lifecycle.ts) decides when to read, installs each
+ * batch as one snapshot, and keeps the last good records of a kind whose change it refuses.
  */
 export interface Source {
   /** `files` or `postgres`, for the logs and the metrics. */
   readonly name: string
   /** Where the data is (a folder, a database without its password), for the logs. */
   readonly location: string
-  /**
-   * Reads these kinds from one version of the source (one generation of the folder, one
-   * transaction), validated: an answer per request, in order, a Change or a DataError that refuses
-   * that kind alone, naming where (file or table), record and field. Any error thrown is a failure to
-   * read, tried again later.
-   */
-  read(requests: readonly ReadRequest[]): Promise<Array<Change | DataError>>
-  /** Follows changes until close(). Call once, after the first reads. */
-  watch(events: SourceEvents): void
+  /** How changes are learnt of now. */
+  readonly mode: FollowMode
+  /** Every kind whole, at one position. Any error thrown is a failure to read, tried again later. */
+  list(): Promise<Batch>
+  /** What changed after `position` (a batch's), at a newer position. Any error thrown is a failure to read. */
+  changesSince(position: string): Promise<Batch>
+  /** Tells of changes until close(); resolves once it knows how (its mode). Call once, after the first list. */
+  watch(events: SourceEvents): Promise<void>
   close(): Promise<void>
 }
 
-/** Every kind read whole, from one version of the source; throws a DataError when any record is refused. */
-export async function readWhole (source: Source): Promise<{ [K in RecordKind]: Change<K> & { all: Whole<K> } }> {
-  const changes = await source.read(RECORD_KINDS.map((kind) => ({ kind, keys: 'all' })))
-  for (const change of changes) {
-    if (change instanceof DataError) throw change
+/** Every kind listed whole at one position; throws a DataError when any record is refused. */
+export async function readWhole (source: Source): Promise<{ batch: Batch, wholes: { [K in RecordKind]: Whole<K> } }> {
+  const batch = await source.list()
+  const wholes: Partial<Record<RecordKind, unknown>> = {}
+  for (const read of batch.changes) {
+    if ('error' in read) throw read.error
     // A record refused alone keeps the version served: at start there is none.
-    const [problem] = change.refused?.values() ?? []
+    const [problem] = read.refused?.values() ?? []
     if (problem !== undefined) throw new DataError(problem)
+    if ('all' in read) wholes[read.kind] = read.all
   }
-  return Object.fromEntries(changes.map((change) => [(change as Change).kind, change])) as never
+  return { batch, wholes: wholes as { [K in RecordKind]: Whole<K> } }
 }
 
 /** Every kind read whole, as records: `npm run check`, `npm run db -- import` and `export`. */
 export async function readAll (source: Source): Promise<DirectoryData> {
-  const changes = await readWhole(source)
+  const { wholes } = await readWhole(source)
   // A KeyTable made an array: the tools that read everything once want the records themselves.
   return Object.fromEntries(RECORD_KINDS.map((kind) => {
-    const all = changes[kind].all
+    const all = wholes[kind]
     return [kind, all instanceof KeyTable ? [...all.values()] : all]
   })) as unknown as DirectoryData
 }

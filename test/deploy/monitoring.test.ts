@@ -80,8 +80,8 @@ describe('the alert rules', () => {
 
   it('cover what the issue lists, each with a summary, a description and a runbook entry that exists', async () => {
     expect(rules.map((rule) => rule.alert)).toEqual([
-      'DirectoryChangeRefused', 'DirectoryReplicasServeDifferentData', 'DirectorySourceUnreachable', 'DirectorySourceReadsFailing', 'DirectoryHighErrorRatio',
-      'DirectoryHighLatency', 'DirectoryRateLimitStoreErrors', 'DirectoryEventLoopLag', 'DirectoryMemoryNearLimit'
+      'DirectoryChangeRefused', 'DirectoryReplicasServeDifferentData', 'DirectorySourceUnreachable', 'DirectorySourceReadsFailing', 'DirectoryReplicaBehind',
+      'DirectoryHighErrorRatio', 'DirectoryHighLatency', 'DirectoryRateLimitStoreErrors', 'DirectoryEventLoopLag', 'DirectoryMemoryNearLimit'
     ])
     const runbook = await readFile('docs/runbook.md', 'utf8')
     const anchors = new Set([...runbook.matchAll(/^#+ (.+)$/gm)].map(([, heading]) => heading!.toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/ /g, '-')))
@@ -190,8 +190,9 @@ describe('against a real Prometheus scraping a real server, with the rules loade
     const named = new Set(queries.flatMap(({ expr }) => metricNames(expr)))
     for (const name of ['http_requests_total', 'http_responses_total', 'http_request_duration_seconds_bucket', 'http_requests_in_flight',
       'rate_limit_refusals_total', 'rate_limit_store_errors_total', 'directory_snapshot_installed_timestamp_seconds', 'directory_snapshot_version',
-      'directory_snapshot_info', 'directory_source_up', 'directory_changes_total', 'directory_records', 'nodejs_eventloop_lag_p99_seconds',
-      'process_resident_memory_bytes', 'container_spec_memory_limit_bytes']) expect(named).toContain(name)
+      'directory_snapshot_info', 'directory_source_up', 'directory_changes_total', 'directory_records', 'directory_source_position',
+      'directory_source_lag_seconds', 'directory_source_mode', 'nodejs_eventloop_lag_p99_seconds', 'process_resident_memory_bytes',
+      'container_spec_memory_limit_bytes']) expect(named).toContain(name)
   })
 
   it('evaluates every alert expression in Prometheus without error, each naming only metrics the server exports', async () => {

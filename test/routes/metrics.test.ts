@@ -10,6 +10,11 @@ function valueOf (text: string, series: string): number | undefined {
   return line === undefined ? undefined : Number(line.slice(series.length + 1))
 }
 
+/** The sample lines of one metric in the Prometheus text, labels and value. */
+function series (text: string, name: string): string[] {
+  return text.split('\n').filter((line) => line.startsWith(`${name} `) || line.startsWith(`${name}{`))
+}
+
 describe('GET /metrics', () => {
 
   it('answers the Prometheus text format without a key', async () => {
@@ -79,6 +84,35 @@ describe('GET /metrics', () => {
     expect(valueOf(after, 'directory_changes_total{kind="providers",outcome="succeeded"}')).toBe(1)
     expect(valueOf(after, 'directory_changes_total{kind="keys",outcome="failed"}')).toBe(1)
     expect(valueOf(after, 'directory_snapshot_installed_timestamp_seconds')! * 1000).toBe(directory.info().installedAt)
+  })
+
+  it('tells how the source is followed: its mode alone, its position, how far behind its log, its failed reads', async () => {
+    const files = (await build({ snapshots: snapshotsOf(makeData(), 'files') }).inject({ url: '/metrics' })).body
+    expect(series(files, 'directory_source_mode')).toEqual(['directory_source_mode{mode="watch"} 1'])
+    // Files have no position: the gauge is declared, without a sample (a 0 would read as one).
+    expect(files).toContain('# TYPE directory_source_position gauge')
+    expect(series(files, 'directory_source_position')).toEqual([])
+    expect(valueOf(files, 'directory_source_lag_entries')).toBe(0)
+    expect(valueOf(files, 'directory_source_lag_seconds')).toBe(0)
+    expect(valueOf(files, 'directory_source_read_failures_total')).toBe(0)
+    expect(files).not.toContain('directory_notices_ignored_total')
+
+    const directory = snapshotsOf(makeData(), 'postgres')
+    const app = build({ snapshots: directory })
+    const caughtUp = (await app.inject({ url: '/metrics' })).body
+    expect(series(caughtUp, 'directory_source_mode')).toEqual(['directory_source_mode{mode="notify"} 1'])
+    expect(valueOf(caughtUp, 'directory_source_position')).toBe(1000)
+    await directory.install(makeData())
+    expect(valueOf((await app.inject({ url: '/metrics' })).body, 'directory_source_position')).toBe(1001)
+
+    // A 64-bit transaction id past 2^32 (an epoch on) is written whole; the mode changed leaves one series.
+    directory.follows({ mode: 'poll', position: 2 ** 32 + 1234, lag: { entries: 3, seconds: 12.5 }, readFailures: 2 })
+    const behind = (await app.inject({ url: '/metrics' })).body
+    expect(series(behind, 'directory_source_mode')).toEqual(['directory_source_mode{mode="poll"} 1'])
+    expect(series(behind, 'directory_source_position')).toEqual(['directory_source_position 4294968530'])
+    expect(valueOf(behind, 'directory_source_lag_entries')).toBe(3)
+    expect(valueOf(behind, 'directory_source_lag_seconds')).toBe(12.5)
+    expect(series(behind, 'directory_source_read_failures_total')).toEqual(['directory_source_read_failures_total 2'])
   })
 
   it('counts rate-limit refusals by bucket', async () => {

@@ -5,7 +5,7 @@ import { basename, join } from 'node:path'
 import { DataError, KINDS, RECORD_KINDS, assertUnique, compactMembers, recordProblem, validateRecords, type DirectoryData, type RecordKind } from '../records.js'
 import { readJsonFile } from '../json-file.js'
 import { createSlicer } from '../slices.js'
-import { readAll, type Change, type ReadRequest, type Source, type SourceEvents } from '../source.js'
+import { readAll, type Batch, type Change, type Refusal, type Source, type SourceEvents } from '../source.js'
 import type { Member } from '../../schemas/member.js'
 
 /** The data file of each kind, by kind. */
@@ -85,29 +85,16 @@ export function createFileSource (dir: string): Source {
   let events: SourceEvents | undefined
   let debounce: NodeJS.Timeout | undefined
   let folderCheck: NodeJS.Timeout | undefined
-  /** The signature of each kind's file when it was last read or told of. */
-  const seen = new Map<RecordKind, string>()
   let closed = false
 
   const signatures = (folder: string, kinds: readonly RecordKind[]) => Promise.all(kinds.map((kind) => signatureOf(join(folder, KINDS[kind].file))))
-
-  /** Tells of the files whose signature changed since last seen. */
-  async function lookAtFiles () {
-    const now = await signatures(dir, RECORD_KINDS)
-    if (closed) return
-    RECORD_KINDS.forEach((kind, index) => {
-      if (now[index] !== seen.get(kind)) {
-        seen.set(kind, now[index]!)
-        events?.changed(kind)
-      }
-    })
-  }
 
   function scheduleLook () {
     if (debounce !== undefined || closed) return
     debounce = setTimeout(() => {
       debounce = undefined
-      void lookAtFiles()
+      // The files' signatures against the position's say which changed: a wake-up says only "look".
+      events?.wake()
     }, DEBOUNCE_MS)
   }
 
@@ -142,38 +129,54 @@ export function createFileSource (dir: string): Source {
     folderCheck.unref()
   }
 
-  /** Each kind's file read from `folder`, a DataError for a file refused. */
+  /** Each kind's file read from `folder`, a refusal for a file refused. */
   const readFiles = (folder: string, kinds: readonly RecordKind[]) =>
-    Promise.all(kinds.map((kind) => readFile(folder, kind).catch((error: unknown) => {
-      if (error instanceof DataError) return error
+    Promise.all(kinds.map((kind) => readFile(folder, kind).catch((error: unknown): Refusal => {
+      if (error instanceof DataError) return { kind, error }
       throw error
     })))
+
+  /**
+   * These kinds' files read from one version of the folder, at a position: every file's signature
+   * then (those not read keep the one `since` gives). A file is read whole whatever changed in it.
+   */
+  async function readAt (kinds: readonly RecordKind[], since: readonly string[]): Promise<Batch> {
+    for (let attempt = 1; ; attempt++) {
+      // One version of the folder: a Kubernetes volume's generation, which the kubelet writes whole
+      // before it swaps `..data` to it and never writes again, or in a plain folder the files whose
+      // signatures did not change while they were read.
+      const generation = await realpath(join(dir, GENERATION_LINK)).catch(() => undefined)
+      const folder = generation ?? dir
+      const before = await signatures(folder, kinds)
+      const changes = await readFiles(folder, kinds)
+      const after = await signatures(folder, kinds)
+      // The kubelet removes a generation once the next is swapped in: a file gone while read is of an old one.
+      const torn = after.some((signature, index) => signature !== before[index])
+      if (torn && attempt < READ_ATTEMPTS) continue
+      const position = RECORD_KINDS.map((kind, index) => kinds.includes(kind) ? before[kinds.indexOf(kind)]! : since[index] ?? '')
+      const version = generation === undefined ? hash('sha1', position.join(','), 'hex').slice(0, 16) : basename(generation)
+      return { position: position.join(','), version, changes }
+    }
+  }
 
   return {
     name: 'files',
     location: dir,
-    async read (requests: readonly ReadRequest[]) {
-      // A file is read whole whatever a notice named.
-      const kinds = requests.map(({ kind }) => kind)
-      for (let attempt = 1; ; attempt++) {
-        // One version of the folder: a Kubernetes volume's generation, which the kubelet writes whole
-        // before it swaps `..data` to it and never writes again, or in a plain folder the files whose
-        // signatures did not change while they were read.
-        const generation = await realpath(join(dir, GENERATION_LINK)).catch(() => undefined)
-        const folder = generation ?? dir
-        const before = await signatures(folder, kinds)
-        const changes = await readFiles(folder, kinds)
-        const after = await signatures(folder, kinds)
-        // The kubelet removes a generation once the next is swapped in: a file gone while read is of an old one.
-        const torn = after.some((signature, index) => signature !== before[index])
-        if (torn && attempt < READ_ATTEMPTS) continue
-        kinds.forEach((kind, index) => { if (!seen.has(kind)) seen.set(kind, before[index]!) })
-        const sourceVersion = generation === undefined ? hash('sha1', before.join(','), 'hex').slice(0, 16) : basename(generation)
-        return changes.map((change) => change instanceof DataError ? change : { ...change, sourceVersion })
-      }
+    mode: 'watch',
+    async list () {
+      return await readAt(RECORD_KINDS, [])
     },
-    watch (handlers) {
+    async changesSince (position) {
+      const since = position.split(',')
+      // The files at their paths (through `..data` where they link into it) whose signature moved.
+      const now = await signatures(dir, RECORD_KINDS)
+      const changed = RECORD_KINDS.filter((_kind, index) => now[index] !== since[index])
+      if (changed.length === 0) return { position, changes: [] }
+      return await readAt(changed, since)
+    },
+    async watch (handlers) {
       events = handlers
+      handlers.mode('watch', `the folder ${dir} is watched`)
       void lookAtFolder()
     },
     async close () {

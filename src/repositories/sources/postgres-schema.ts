@@ -8,6 +8,12 @@ export const CHANNEL = 'model_gateway_directory'
 const MEMBERS_NAMED = 100
 
 /**
+ * The most records one entry of the change log names; a statement that writes more logs its table
+ * alone, and the replicas read the table whole.
+ */
+export const NAMES_LOGGED = 10_000
+
+/**
  * The migrations, in order; never edit one that has shipped, add the next. Each runs in the
  * transaction of `migrate`, so a failure leaves the schema as it was.
  *
@@ -332,6 +338,68 @@ CREATE TRIGGER members_notify_delete AFTER DELETE ON members
 CREATE TRIGGER members_notify_truncate AFTER TRUNCATE ON members
   FOR EACH STATEMENT EXECUTE FUNCTION directory_notify_rows('organization_id', 'organization_ids');
 `
+}, {
+  version: 5,
+  name: 'a change log that replicas follow from a position',
+  sql: String.raw`
+-- Every statement that writes a table appends, in its own transaction, what it changed: the table,
+-- the records named (key names, organization ids; none for a list, or for more than
+-- ${NAMES_LOGGED} at once), and the writing transaction's id. A replica lists every table at one
+-- transaction snapshot, then reads the entries of the transactions that snapshot did not see: an
+-- entry of a transaction that commits late is never skipped (PgQ cuts its batches the same way).
+CREATE TABLE directory_changes (
+  txid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+  table_name text NOT NULL,
+  names text[],
+  written_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX directory_changes_txid ON directory_changes (txid);
+-- The newest transaction whose entries trim removed: a replica whose position did not see it reads
+-- every table again, as a Kubernetes watch answered 410 Gone lists again.
+CREATE TABLE directory_changes_trimmed (
+  only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+  through xid8 NOT NULL
+);
+INSERT INTO directory_changes_trimmed (through) VALUES ('0');
+
+-- The notifications stay as they were: a replica of this build reads the log when woken, whatever
+-- the payload says, and a replica of the previous build still follows its notices during a rolling upgrade.
+CREATE OR REPLACE FUNCTION directory_notify_table() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO directory_changes (table_name) VALUES (TG_TABLE_NAME);
+  PERFORM pg_notify('${CHANNEL}', json_build_object('table', TG_TABLE_NAME)::text);
+  RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION directory_notify_rows() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  column_name text := TG_ARGV[0];
+  field text := TG_ARGV[1];
+  changed text[];
+  payload text;
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    EXECUTE format('SELECT array_agg(DISTINCT %I) FROM new_rows', column_name) INTO changed;
+  ELSIF TG_OP = 'DELETE' THEN
+    EXECUTE format('SELECT array_agg(DISTINCT %I) FROM old_rows', column_name) INTO changed;
+  ELSIF TG_OP = 'UPDATE' THEN
+    EXECUTE format('SELECT array_agg(DISTINCT %1$I) FROM (SELECT %1$I FROM old_rows UNION SELECT %1$I FROM new_rows) AS touched', column_name) INTO changed;
+  END IF;
+  IF TG_OP <> 'TRUNCATE' AND changed IS NULL THEN
+    RETURN NULL;
+  END IF;
+  INSERT INTO directory_changes (table_name, names)
+    VALUES (TG_TABLE_NAME, CASE WHEN cardinality(changed) <= ${NAMES_LOGGED} THEN changed END);
+  payload := json_build_object('table', TG_TABLE_NAME, field, changed)::text;
+  IF TG_OP = 'TRUNCATE' OR octet_length(payload) > 7900 THEN
+    payload := json_build_object('table', TG_TABLE_NAME)::text;
+  END IF;
+  PERFORM pg_notify('${CHANNEL}', payload);
+  RETURN NULL;
+END
+$$;
+`
 }]
 
 /**
@@ -368,6 +436,7 @@ const MIGRATION_LOCK = 7_208_114_231
  * nothing left to do.
  */
 export async function migrate (client: pg.ClientBase, target = SCHEMA_VERSION): Promise<number[]> {
+  await refuseStandby(client, 'migrate')
   await client.query('BEGIN')
   try {
     await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK])
@@ -402,4 +471,31 @@ export async function checkSchema (client: pg.ClientBase) {
   if (version === null || version < SCHEMA_VERSION) {
     throw new Error(`the database schema is at version ${version ?? 'none'}, this build needs ${SCHEMA_VERSION}: run npm run db -- migrate`)
   }
+}
+
+/** A hot standby takes no write: say so in one line, rather than PostgreSQL's error at the first statement. */
+async function refuseStandby (client: pg.ClientBase, command: string) {
+  const { rows: [row] } = await client.query<{ recovery: boolean }>('SELECT pg_is_in_recovery() AS recovery')
+  if (row?.recovery === true) throw new Error(`the database is a hot standby (read-only): run npm run db -- ${command} against the primary`)
+}
+
+/** How long the change log keeps an entry unless told otherwise: a replica cut off for less catches up from it. */
+export const RETENTION_MS = 24 * 60 * 60 * 1000
+
+/**
+ * Removes the change log's entries written more than `olderThanMs` ago, and records the newest
+ * transaction removed: a replica whose position had not seen it reads every table again. Then
+ * VACUUM, so that the space is reused and the log stays the size of its retention.
+ */
+export async function trimChanges (client: pg.ClientBase, olderThanMs = RETENTION_MS): Promise<number> {
+  await refuseStandby(client, 'trim')
+  await checkSchema(client)
+  const { rows: [row] } = await client.query<{ removed: string }>(`WITH gone AS (
+      DELETE FROM directory_changes WHERE written_at < now() - $1 * interval '1 millisecond' RETURNING txid
+    ), moved AS (
+      UPDATE directory_changes_trimmed SET through = greatest(through, (SELECT max(txid) FROM gone)) RETURNING through
+    )
+    SELECT count(*) AS removed FROM gone, moved`, [olderThanMs])
+  await client.query('VACUUM directory_changes')
+  return Number(row?.removed ?? 0)
 }

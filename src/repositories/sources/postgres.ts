@@ -1,17 +1,16 @@
+import { randomUUID } from 'node:crypto'
 import net from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { Type } from '@sinclair/typebox'
-import { TypeCompiler } from '@sinclair/typebox/compiler'
 import pg from 'pg'
 import { DataError, KINDS, RECORD_KINDS, assertUnique, memberProblem, recordProblem, type Organization, type RecordKind } from '../records.js'
 import { createSlicer } from '../slices.js'
 import { MemberList } from '../member-list.js'
 import { KeyTableBuilder } from '../key-table.js'
 import { quoteValue } from '../../schemas/describe-error.js'
-import { backoff, type Change, type ReadRequest, type Source, type SourceEvents } from '../source.js'
+import { backoff, type Batch, type Change, type FollowMode, type ReadRequest, type Refusal, type Source, type SourceEvents } from '../source.js'
 import type { ApiKey } from '../../schemas/fixtures.js'
 import type { Member } from '../../schemas/member.js'
-import { CHANNEL, LIST_KINDS, checkSchema } from './postgres-schema.js'
+import { CHANNEL, checkSchema } from './postgres-schema.js'
 import { copyRows, type TextRow } from './copy-rows.js'
 
 /** Reconnection waits 100 ms, then twice as long each time, up to this. */
@@ -21,7 +20,7 @@ const MAX_BACKOFF_MS = 5000
  * The listening connection is asked for a round trip this often, and given this long to answer:
  * a connection the network froze without closing it (a NAT or load balancer that dropped the flow)
  * is found within their sum, then every connection is dropped, and the replica reconnects and reads
- * everything again.
+ * what it missed.
  */
 const CHECK_EVERY_MS = 5000
 const CHECK_DEADLINE_MS = 5000
@@ -36,11 +35,18 @@ const KEEP_ALIVE_DELAY_MS = 10_000
 const READ_STALL_MS = 30_000
 const STATEMENT_TIMEOUT_MS = 60_000
 
+/**
+ * How long a notification sent to itself may take to come back on the listening connection: past
+ * it, notifications do not reach this replica (a transaction pooler hands LISTEN to a server
+ * connection the replica does not keep), and it polls the change log instead.
+ */
+const PROBE_MS = 1000
+
+/** How many records of a kind the changes read by name at most; more, and the kind is read whole. */
+const NAMED_MAX = 10_000
+
 /** How the replica's connections show in pg_stat_activity: the listening one, the reads', the commands'. */
 const APPLICATION_NAME = 'model-gateway-directory'
-
-/** Notices that arrive before the changes are followed, kept to be told then; past this many, every kind is read again instead. */
-const EARLY_MAX = 1000
 
 // bigint columns (context lengths, token counts, positions) as numbers, as the files have them.
 const types = {
@@ -282,89 +288,113 @@ async function readOrganizations (client: pg.ClientBase, ids: readonly string[] 
 
 const EMPTY = MemberList.of([])
 
-/** A key name or an organization id as a notice names it: text PostgreSQL can hold (no NUL), bounded. */
-const NoticeName = Type.String({ maxLength: 1024, pattern: '^[^\\u0000]*$' })
-const NoticeNames = Type.Union([Type.Array(NoticeName, { maxItems: 10_000 }), Type.Null()])
+/** The kind whose records a table's change-log entries name: a member's change is its organization's. */
+const KIND_OF_TABLE = new Map<string, RecordKind>([...RECORD_KINDS.map((kind) => [KINDS[kind].table, kind] as const), ['members', 'organizations']])
 
-/** What the triggers of postgres-schema.ts send, and nothing else. */
-const checkNotice = TypeCompiler.Compile(Type.Union([
-  Type.Object({ table: Type.Literal(KINDS.keys.table), names: Type.Optional(NoticeNames) }),
-  Type.Object({ table: Type.Literal(KINDS.organizations.table), ids: Type.Optional(NoticeNames) }),
-  Type.Object({
-    table: Type.Literal('members'),
-    organization_ids: Type.Optional(NoticeNames),
-    // What the triggers of schema version 3 sent besides (organization, position, id of each member
-    // named): still a notice of ours, though no replica reads it since version 4.
-    members: Type.Optional(Type.Union([Type.Array(Type.Tuple([NoticeName, Type.Union([Type.String({ pattern: '^-?[0-9]{1,19}$' }), Type.Null()]), NoticeName]), { maxItems: 1000 }), Type.Null()]))
-  }),
-  ...LIST_KINDS.map((kind) => Type.Object({ table: Type.Literal(KINDS[kind].table) }))
-]))
+/** What the position's xmax says: the transaction id every later transaction is at or above. */
+const horizonOf = (position: string) => Number(position.split(':')[1])
 
-const KIND_OF_TABLE = new Map<string, RecordKind>(RECORD_KINDS.map((kind) => [KINDS[kind].table, kind]))
+/** What the entries past a position say of one table, grouped by the database. */
+interface Pending {
+  table_name: string
+  entries: string
+  /** Null when an entry named no records (a list, a TRUNCATE, a bulk statement) or too many to read by name. */
+  names: string[] | null
+  age: number
+}
 
 /**
- * The directory in a PostgreSQL database (the schema of postgres-schema.ts). Every replica LISTENs:
- * the tables' triggers NOTIFY, at commit, what changed, by name (key names, organization ids), and
- * the replica reads those rows alone, each kind in a REPEATABLE READ transaction of its own.
- *
- * If the listening connection drops, the current data keeps serving, the connection is retried with
- * backoff, and every kind is read again once it is back (notifications sent meanwhile are lost).
+ * The directory in a PostgreSQL database (the schema of postgres-schema.ts). A replica lists every
+ * table in one REPEATABLE READ transaction and keeps its snapshot as its position; from there it
+ * reads the change log's entries of the transactions that position did not see, and the records
+ * they name, in one transaction again: each batch is a state the database had. A NOTIFY on the
+ * channel only wakes it (its payload is not read); where notifications cannot arrive (a hot standby,
+ * a transaction pooler), it polls the log every `pollIntervalMs`. A lost connection costs what was
+ * missed: the next read starts from the position. It holds two connections at most: the listening
+ * one, where notifications arrive, and one for reads; no session state outside a transaction.
  */
-export function createPostgresSource ({ url, connectTimeoutMs, onRetry }: { url: string, connectTimeoutMs: number, onRetry?: ConnectOptions['onRetry'] }): Source {
+export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 1000, onRetry }: { url: string, connectTimeoutMs: number, pollIntervalMs?: number, onRetry?: ConnectOptions['onRetry'] }): Source {
   const location = locationOf(url)
-  // A connection per batch of reads at once (a whole read and a read of named records of each kind
-  // at most), and the listening one apart.
+  // One read at a time (the lifecycle reads in order): one connection.
   const pool = new pg.Pool({
     connectionString: url,
     types,
     Client: SocketClient,
-    max: RECORD_KINDS.length * 2,
+    max: 1,
     keepAlive: true,
     keepAliveInitialDelayMillis: KEEP_ALIVE_DELAY_MS,
     connectionTimeoutMillis: 10000,
-    statement_timeout: STATEMENT_TIMEOUT_MS,
     application_name: `${APPLICATION_NAME} (reads)`
   })
-  // An idle connection cut by the server: the pool drops it; the listening connection says what it means.
+  // An idle connection cut by the server: the pool drops it; the next read says what it means.
   pool.on('error', () => {})
   const pooled = new Set<SocketClient>()
   pool.on('connect', (client) => pooled.add(client as unknown as SocketClient))
   pool.on('remove', (client) => pooled.delete(client as unknown as SocketClient))
 
   let events: SourceEvents | undefined
-  /** What was noticed before the changes are followed (watch), told then. */
-  const early: Array<(events: SourceEvents) => void> = []
-  let earlyOverflow = false
   let listening: SocketClient | undefined
-  let connecting: Promise<void> | undefined
+  let mode: FollowMode = 'poll'
+  /** Why the replica polls, once it knows it must: then it does not try to listen again. */
+  let pollOnly: string | undefined
+  let pollTimer: NodeJS.Timeout | undefined
   let closed = false
 
-  /** Tells the lifecycle, or keeps it for when it follows: nothing noticed between LISTEN and serving is lost. */
-  function tell (what: (events: SourceEvents) => void) {
-    if (events !== undefined) return what(events)
-    if (early.length < EARLY_MAX) early.push(what)
-    else {
-      early.length = 0
-      earlyOverflow = true
+  function setMode (next: FollowMode, reason: string) {
+    mode = next
+    clearInterval(pollTimer)
+    pollTimer = undefined
+    if (next === 'poll' && !closed) {
+      pollTimer = setInterval(() => events?.wake(), pollIntervalMs)
+      pollTimer.unref()
     }
+    events?.mode(next, reason)
   }
 
-  async function listen (timeoutMs: number) {
+  /**
+   * Connects the listening connection and finds out whether notifications reach it: on a hot standby
+   * they cannot (LISTEN is refused during recovery), and through a transaction pooler a NOTIFY sent
+   * to itself never comes back. Answers the mode and why.
+   */
+  async function listen (timeoutMs: number): Promise<[FollowMode, string]> {
     const client = await connectPostgres(url, timeoutMs, { applicationName: `${APPLICATION_NAME} (listening)`, onRetry })
-    client.on('notification', (message) => noteChange(message.payload))
     client.on('error', (error) => connectionLost(client, error))
     client.on('end', () => connectionLost(client, new Error('the connection was closed')))
     try {
+      const { rows: [row] } = await client.query<{ recovery: boolean }>('SELECT pg_is_in_recovery() AS recovery')
+      if (row?.recovery === true) {
+        client.socket.destroy()
+        return ['poll', 'the database is a hot standby, where notifications do not arrive']
+      }
+      const token = `probe ${randomUUID()}`
+      const arrived = new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => resolve(false), PROBE_MS)
+        client.on('notification', (message) => {
+          if (message.payload === token) {
+            clearTimeout(timer)
+            resolve(true)
+          }
+          // Any notice on the channel is a wake-up, whatever it says: the log says what changed.
+          events?.wake()
+        })
+      })
       await client.query(`LISTEN ${CHANNEL}`)
+      await sendProbe(token)
+      if (!await arrived) {
+        client.socket.destroy()
+        return ['poll', `a notification sent to itself did not arrive within ${PROBE_MS} ms (a transaction pooler such as PgBouncer)`]
+      }
     } catch (error) {
       client.socket.destroy()
       throw error
     }
-    if (closed) client.socket.destroy()
-    else {
-      listening = client
-      checkAlive(client)
+    if (closed) {
+      client.socket.destroy()
+      return ['poll', 'closed']
     }
+    listening = client
+    checkAlive(client)
+    return ['notify', 'notifications arrive on the listening connection']
   }
 
   /** A round trip on the listening connection every CHECK_EVERY_MS; no answer within CHECK_DEADLINE_MS is a lost connection. */
@@ -380,60 +410,39 @@ export function createPostgresSource ({ url, connectTimeoutMs, onRetry }: { url:
     timer.unref()
   }
 
-  function noteChange (payload: string | undefined) {
-    let notice: unknown
-    try {
-      notice = JSON.parse(payload ?? '')
-    } catch {
-      notice = undefined
-    }
-    // Anyone who can connect to the database can NOTIFY on the channel: a notice is checked before use.
-    if (!checkNotice.Check(notice)) {
-      tell((events) => events.ignored(`${quoteValue(payload)} is not a notice of the directory's triggers`))
-      return
-    }
-    const kind = KIND_OF_TABLE.get(notice.table)
-    if (notice.table === 'members') {
-      const ids = notice.organization_ids ?? undefined
-      tell((events) => events.changed('organizations', ids))
-    } else if ('ids' in notice) {
-      tell((events) => events.changed('organizations', notice.ids ?? undefined))
-    } else if ('names' in notice) {
-      tell((events) => events.changed('keys', notice.names ?? undefined))
-    } else if (kind !== undefined) tell((events) => events.changed(kind))
-  }
-
   function connectionLost (client: SocketClient, error: Error) {
     if (closed || client !== listening) return
     listening = undefined
-    // Whatever cut this one (a server restart, a frozen network) took the reads' connections with it:
-    // a read on one would wait for an answer that never comes.
+    // Whatever cut this one (a server restart, a frozen network) took the reads' connection with it:
+    // a read on it would wait for an answer that never comes.
     client.socket.destroy()
     for (const other of pooled) other.socket.destroy()
-    tell((events) => events.following(false, new Error(`lost the connection to PostgreSQL at ${location} (${describe(error)})`)))
+    events?.following(false, new Error(`lost the connection to PostgreSQL at ${location} (${describe(error)})`))
+    // Polled meanwhile: reads that succeed bring the changes in while the listening connection is away.
+    setMode('poll', 'the listening connection is lost; reconnecting')
     void reconnect()
   }
 
   async function reconnect () {
-    for (let attempt = 0; !closed && listening === undefined; attempt++) {
+    for (let attempt = 0; !closed && listening === undefined && pollOnly === undefined; attempt++) {
       await sleep(backoff(attempt, MAX_BACKOFF_MS))
       if (closed) return
       try {
-        await listen(0)
+        const [next, reason] = await listen(0)
+        if (next === 'poll') pollOnly = reason
+        setMode(next, reason)
       } catch {
         // Still unreachable: the loss was reported once; try again later.
       }
     }
     if (closed) return
-    tell((events) => {
-      events.following(true)
-      // Whatever changed meanwhile was not notified to us: read everything.
-      for (const kind of RECORD_KINDS) events.changed(kind)
-    })
+    events?.following(true)
+    // What was committed meanwhile is in the log, past the position.
+    events?.wake()
   }
 
-  /** Runs `read` in a read-only REPEATABLE READ transaction: the rows it reads agree with each other. */
-  async function inTransaction<T> (read: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  /** Runs `use` on the reads' connection, dropped if silent for READ_STALL_MS (a network that froze it). */
+  async function withClient<T> (use: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     const client = await pool.connect()
     const { socket } = client as unknown as SocketClient
     socket.setTimeout(READ_STALL_MS)
@@ -444,10 +453,7 @@ export function createPostgresSource ({ url, connectTimeoutMs, onRetry }: { url:
     const lost = () => { broken = true }
     client.on('error', lost)
     try {
-      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
-      const result = await read(client)
-      await client.query('COMMIT')
-      return result
+      return await use(client)
     } catch (error) {
       broken = true
       throw error
@@ -459,6 +465,47 @@ export function createPostgresSource ({ url, connectTimeoutMs, onRetry }: { url:
     }
   }
 
+  /** Runs `read` in a read-only REPEATABLE READ transaction: the rows it reads agree with each other. */
+  async function inTransaction<T> (read: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    return await withClient(async (client) => {
+      // The timeout for this transaction alone: a transaction pooler refuses it as a startup
+      // parameter, and may hand the connection to another client after COMMIT.
+      await client.query(`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = ${STATEMENT_TIMEOUT_MS}`)
+      const result = await read(client)
+      await client.query('COMMIT')
+      return result
+    })
+  }
+
+  /** Sends the probe from the reads' connection (through a pooler, another client of the pool), within PROBE_MS. */
+  async function sendProbe (token: string) {
+    let timer: NodeJS.Timeout | undefined
+    const late = new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(() => {
+        // A connection the network froze: dropped, so that the reads do not queue behind it.
+        for (const other of pooled) other.socket.destroy()
+        reject(new Error(`no answer to a NOTIFY within ${PROBE_MS} ms`))
+      }, PROBE_MS)
+    })
+    try {
+      await Promise.race([withClient((client) => client.query('SELECT pg_notify($1, $2)', [CHANNEL, token])), late])
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+
+  /** The requests read, each kind a change, or a refusal when its data is bad; anything else fails the read. */
+  async function readKinds (client: pg.ClientBase, requests: readonly ReadRequest[]): Promise<Array<Change | Refusal>> {
+    const changes: Array<Change | Refusal> = []
+    for (const request of requests) {
+      changes.push(await readKind(client, request).catch((error: unknown) => {
+        if (error instanceof DataError) return { kind: request.kind, error }
+        throw error
+      }))
+    }
+    return changes
+  }
+
   /** One request of a read, in the read's transaction. */
   async function readKind (client: pg.ClientBase, { kind, keys }: ReadRequest): Promise<Change> {
     switch (KINDS[kind].held) {
@@ -468,34 +515,92 @@ export function createPostgresSource ({ url, connectTimeoutMs, onRetry }: { url:
     }
   }
 
+  /** Every kind whole, at the transaction's snapshot. */
+  async function listAll (client: pg.ClientBase, position: string, relisted?: string): Promise<Batch> {
+    await checkSchema(client)
+    return { position, horizon: horizonOf(position), relisted, changes: await readKinds(client, RECORD_KINDS.map((kind) => ({ kind, keys: 'all' }))) }
+  }
+
+  const snapshotOf = async (client: pg.ClientBase) => (await client.query<{ position: string }>('SELECT pg_current_snapshot()::text AS position')).rows[0]!.position
+
+  /**
+   * What changed after `since`: the log's entries of the transactions `since` did not see and the
+   * transaction's snapshot does (PgQ's cut between two snapshots), grouped by table, and the records
+   * they name, read at that snapshot.
+   */
+  async function readChanges (client: pg.ClientBase, since: string): Promise<Batch> {
+    const { rows: [state] } = await client.query<{ position: string, trimmed: boolean, older: boolean }>(`SELECT pg_current_snapshot()::text AS position,
+        (SELECT through FROM directory_changes_trimmed) >= pg_snapshot_xmin($1::pg_snapshot) AS trimmed,
+        pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax($1::pg_snapshot) AS older`, [since])
+    const { position, trimmed, older } = state!
+    // A standby that has not yet replayed what was served (the replica moved to another one): wait for it.
+    if (older) return { position: since, horizon: horizonOf(since), changes: [] }
+    if (trimmed) return await listAll(client, position, `the change log was trimmed past the position ${since}`)
+    const { rows } = await client.query<Pending>(`WITH pending AS (
+        SELECT table_name, names, written_at FROM directory_changes
+        WHERE txid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(txid, $1::pg_snapshot)
+      )
+      SELECT table_name, count(*) AS entries, extract(epoch FROM now() - min(written_at)) AS age,
+        CASE WHEN bool_or(names IS NULL) THEN NULL ELSE (SELECT array_agg(name) FROM (
+          SELECT DISTINCT name FROM pending AS named, unnest(named.names) AS name WHERE named.table_name = pending.table_name LIMIT ${NAMED_MAX + 1}
+        ) AS distinct_names) END AS names
+      FROM pending GROUP BY table_name`, [since])
+    if (rows.length > 0) {
+      events?.behind(rows.reduce((sum, row) => sum + Number(row.entries), 0), Date.now() - Math.max(...rows.map((row) => Number(row.age))) * 1000)
+    }
+    const named = new Map<RecordKind, Set<string> | 'all'>()
+    for (const { table_name: table, names } of rows) {
+      const kind = KIND_OF_TABLE.get(table)
+      if (kind === undefined) continue
+      const held = named.get(kind) ?? new Set<string>()
+      if (names === null || held === 'all' || KINDS[kind].held === 'list') named.set(kind, 'all')
+      else {
+        for (const name of names) held.add(name)
+        named.set(kind, held.size > NAMED_MAX ? 'all' : held)
+      }
+    }
+    // In the registry's order: the kinds referred to before the kinds that refer to them.
+    const requests = RECORD_KINDS.filter((kind) => named.has(kind)).map((kind) => {
+      const names = named.get(kind)!
+      return { kind, keys: names === 'all' ? 'all' as const : [...names] }
+    })
+    return { position, horizon: horizonOf(position), changes: await readKinds(client, requests) }
+  }
+
   return {
     name: 'postgres',
     location,
-    async read (requests) {
-      // Listening first: a change committed while a kind is read is notified, and read again.
-      if (listening === undefined && events === undefined) await (connecting ??= listen(connectTimeoutMs))
-      // One transaction: the kinds read agree with each other (a key and the organization it moved to).
-      return await inTransaction(async (client) => {
-        await checkSchema(client)
-        const sourceVersion = (await client.query<{ snapshot: string }>('SELECT txid_current_snapshot()::text AS snapshot')).rows[0]?.snapshot
-        const changes: Array<Change | DataError> = []
-        for (const request of requests) {
-          // Bad data refuses its kind alone; anything else fails the transaction, and the read.
-          changes.push(await readKind(client, request).then((change) => ({ ...change, sourceVersion }), (error: unknown) => {
-            if (error instanceof DataError) return error
-            throw error
-          }))
-        }
-        return changes
-      })
+    get mode () { return mode },
+    async list () {
+      return await inTransaction(async (client) => await listAll(client, await snapshotOf(client)))
     },
-    watch (handlers) {
+    async changesSince (since) {
+      const polling = listening === undefined
+      try {
+        const batch = await inTransaction((client) => readChanges(client, since))
+        if (polling) events?.following(true)
+        return batch
+      } catch (error) {
+        if (polling) events?.following(false, new Error(`cannot read the change log of PostgreSQL at ${location} (${describe(error)})`))
+        throw error
+      }
+    },
+    async watch (handlers) {
       events = handlers
-      if (earlyOverflow) for (const kind of RECORD_KINDS) handlers.changed(kind)
-      for (const what of early.splice(0)) what(handlers)
+      try {
+        const [next, reason] = await listen(connectTimeoutMs)
+        if (next === 'poll') pollOnly = reason
+        setMode(next, reason)
+      } catch (error) {
+        setMode('poll', `cannot listen (${describe(error)}); reconnecting`)
+        void reconnect()
+      }
+      // Whatever was committed between the list and now is in the log, past the position.
+      handlers.wake()
     },
     async close () {
       closed = true
+      clearInterval(pollTimer)
       // A graceful end, unless the connection does not answer.
       if (listening !== undefined) await Promise.race([listening.end().catch(() => {}), sleep(1000)])
       listening?.socket.destroy()
