@@ -86,9 +86,6 @@ async function main () {
     log: destination ? { level: config.LOG_LEVEL, stream: destination } : { level: config.LOG_LEVEL, pretty: true }
   })
 
-  // What changed after the position listed is installed as it comes, each batch as one snapshot, or
-  // refused kind by kind while the last good records keep serving. Known once it resolves: how (the mode).
-  await lifecycle.follow(app.log)
   // SIGHUP reloads, as it does for nginx and most daemons; it never stops the process.
   process.on('SIGHUP', () => lifecycle.reload())
 
@@ -109,6 +106,9 @@ async function main () {
     // A port in use, an address this host does not have: as plain as a bad setting.
     refuseToStart(error)
   }
+  // What changed after the position listed is installed as it comes, each batch as one snapshot, or
+  // refused kind by kind while the last good records keep serving. Known once it resolves: how (the mode).
+  await lifecycle.follow(app.log)
   const use = describeUse(config, source)
   app.log.info(use.fields, use.message)
   const { version, fingerprint, records, mode } = lifecycle.info()

@@ -132,7 +132,7 @@ describe('replicas on one PostgreSQL database', () => {
     } finally {
       await database.start()
     }
-    const resyncs = await Promise.all(replicas.map((replica, index) => waitForLog(replica, marks[index]!, (line) => line.msg === 'following changes again; every kind is read again')))
+    const resyncs = await Promise.all(replicas.map((replica, index) => waitForLog(replica, marks[index]!, (line) => line.msg === 'following changes again; reading what changed meanwhile')))
     for (const { line } of resyncs) expect(line.unfollowed_ms).toBeGreaterThan(0)
 
     await sql("DELETE FROM keys WHERE name = 'alpha-standard'")

@@ -6,12 +6,13 @@ import { RECORD_KINDS, countRecords, describeCounts } from '../repositories/reco
 import { FIXTURE_FILES, loadFixtures } from '../repositories/sources/files.js'
 import { writeJsonFile } from '../repositories/json-file.js'
 import { connectPostgres, createPostgresSource, locationOf } from '../repositories/sources/postgres.js'
-import { migrate } from '../repositories/sources/postgres-schema.js'
+import { RETENTION_MS, migrate, trimChanges } from '../repositories/sources/postgres-schema.js'
+import { formatDuration, parseDuration } from './duration.js'
 import { replaceDirectory } from '../repositories/sources/postgres-write.js'
 import { readAll } from '../repositories/source.js'
 import { readCommandLine, refuseCommandLine } from './command-line.js'
 
-const USAGE = 'usage: npm run db -- migrate | import --fixtures-dir <dir> | export --fixtures-dir <dir>'
+const USAGE = 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --fixtures-dir <dir> | export --fixtures-dir <dir>'
 
 const DATABASE = `DATABASE_URL names the database (postgresql://user:password@host:port/database);
 DATABASE_CONNECT_TIMEOUT_MS bounds how long one that does not answer is tried again.
@@ -24,6 +25,15 @@ const COMMAND_HELP = new Map([
 replicas or Jobs run it at once: the first applies, the others find nothing to do.
 
 usage: npm run db -- migrate
+`],
+  ['trim', `Removes the change log's entries older than the retention (default ${formatDuration(RETENTION_MS)}), then
+VACUUMs the log so that its space is reused. A replica that was away longer than the retention reads
+every table again when it comes back. Run it on the primary, every few minutes (deploy/kubernetes-postgres
+has a CronJob); a hot standby refuses it.
+
+usage: npm run db -- trim [--older-than <duration>]
+
+  --older-than <duration>  the retention: 30s, 15m, 12h, 7d
 `],
   ['import', `Reads and validates a folder's files exactly as the server does, then replaces every row with
 them in one transaction: all or nothing. Bad data never reaches the database.
@@ -44,10 +54,12 @@ usage: npm run db -- export --fixtures-dir <dir>
 const HELP = `The directory in PostgreSQL: its schema, and its data in and out as a folder's files.
 
 usage: npm run db -- migrate
+       npm run db -- trim [--older-than <duration>]
        npm run db -- import --fixtures-dir <dir>
        npm run db -- export --fixtures-dir <dir>
 
   migrate     creates or upgrades the schema
+  trim        removes the change log's old entries
   import      validates a folder's files, then replaces all the data with them
   export      writes the data out as a folder's files
   -h, --help  prints this help; npm run db -- <command> --help, that of a command
@@ -55,7 +67,7 @@ usage: npm run db -- migrate
 ${DATABASE}`
 
 async function main () {
-  const { positionals, values } = readCommandLine('db', { 'fixtures-dir': { type: 'string' } }, true)
+  const { positionals, values } = readCommandLine('db', { 'fixtures-dir': { type: 'string' }, 'older-than': { type: 'string' } }, true)
   const [command, ...rest] = positionals
   const commandHelp = COMMAND_HELP.get(command ?? '')
   if (values.help) {
@@ -63,7 +75,10 @@ async function main () {
     return
   }
   const dir = values['fixtures-dir']
-  if (rest.length > 0 || (command === 'migrate' ? dir !== undefined : !dir) || !commandHelp) refuseCommandLine('db', USAGE)
+  const needsDir = command === 'import' || command === 'export'
+  if (rest.length > 0 || (needsDir ? !dir : dir !== undefined) || (command !== 'trim' && values['older-than'] !== undefined) || !commandHelp) refuseCommandLine('db', USAGE)
+  const olderThan = values['older-than'] === undefined ? RETENTION_MS : parseDuration(values['older-than'])
+  if (olderThan === undefined) refuseCommandLine('db', `--older-than ${JSON.stringify(values['older-than'])} is not a duration such as 30s, 15m, 12h or 7d`)
 
   const config = loadConfig()
   const url = config.DATABASE_URL
@@ -97,6 +112,9 @@ async function main () {
     if (data) {
       await replaceDirectory(client, data)
       process.stderr.write(`imported ${count(data)} from ${dir} into ${locationOf(url)}\n`)
+    } else if (command === 'trim') {
+      const removed = await trimChanges(client, olderThan)
+      process.stderr.write(`trimmed the change log of ${locationOf(url)}: ${removed} entries older than ${formatDuration(olderThan)} removed\n`)
     } else {
       const applied = await migrate(client)
       process.stderr.write(applied.length > 0

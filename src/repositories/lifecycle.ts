@@ -153,7 +153,8 @@ export function createLifecycle (source: Source) {
       const { kind } = read
       if ('error' in read) {
         changes[kind].failed++
-        log?.error({ change: `${kind}: ${position === undefined ? 'all' : 'changed'}`, kind, problem: read.error.message }, `change refused: ${kind} keeps its last good records, the other kinds follow their changes`)
+        // A kind is refused whole only as a whole read refuses it: a file, a list, a table read again.
+        log?.error({ change: `${kind}: all read again`, kind, problem: read.error.message }, `change refused: ${kind} keeps its last good records, the other kinds follow their changes`)
         continue
       }
       ready.push(await prepare(read))

@@ -51,16 +51,35 @@ async function query (sql: string, values: unknown[] = []) {
 
 describe('npm run db -- migrate', () => {
   it('creates the schema, then finds nothing left to do', async () => {
-    expect((await db(url, 'migrate')).stderr).toContain('applied version 1, 2, 3, 4')
+    expect((await db(url, 'migrate')).stderr).toContain('applied version 1, 2, 3, 4, 5')
     expect((await db(url, 'migrate')).stderr).toContain('is up to date')
     const { rows } = await query('SELECT version FROM schema_migrations')
-    expect(rows).toEqual([{ version: 1 }, { version: 2 }, { version: 3 }, { version: 4 }])
+    expect(rows).toEqual([{ version: 1 }, { version: 2 }, { version: 3 }, { version: 4 }, { version: 5 }])
   })
 
   it('is safe when several replicas or Jobs run it at once', async () => {
     const results = await Promise.all(Array.from({ length: 4 }, () => db(url, 'migrate')))
-    expect(results.filter(({ stderr }) => stderr.includes('applied version 1, 2, 3, 4'))).toHaveLength(1)
+    expect(results.filter(({ stderr }) => stderr.includes('applied version 1, 2, 3, 4, 5'))).toHaveLength(1)
     expect(results.filter(({ stderr }) => stderr.includes('is up to date'))).toHaveLength(3)
+  })
+})
+
+describe('npm run db -- trim', () => {
+  it('removes the change log\'s entries older than --older-than, says how many, and keeps the newer', async () => {
+    await db(url, 'migrate')
+    await query(`INSERT INTO keys SELECT 'k' || i, lpad(i::text, 64, '0'), 'standard', 'o' FROM generate_series(1, 3) AS i`)
+    await query("UPDATE directory_changes SET written_at = now() - interval '2 hours'")
+    await query("DELETE FROM keys WHERE name = 'k1'")
+    const { stderr } = await db(url, 'trim', '--older-than', '1h')
+    expect(stderr).toBe(`trimmed the change log of ${url}: 1 entries older than 1h removed\n`)
+    expect((await query('SELECT names FROM directory_changes')).rows).toEqual([{ names: ['k1'] }])
+    // The default keeps a day.
+    expect((await db(url, 'trim')).stderr).toContain(': 0 entries older than 1d removed')
+  })
+
+  it('refuses a retention that is not a duration, in one line', async () => {
+    const error = await db(url, 'trim', '--older-than', '1 hour').catch((failure: { code: number, stderr: string }) => failure)
+    expect(error).toMatchObject({ code: 2, stderr: '--older-than "1 hour" is not a duration such as 30s, 15m, 12h or 7d; see npm run db -- --help\n' })
   })
 })
 
@@ -200,7 +219,7 @@ describe('npm run db', () => {
     await writeData(dir, makeData())
     await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({
       code: 1,
-      stderr: 'the database schema is at version none, this build needs 4: run npm run db -- migrate\n'
+      stderr: 'the database schema is at version none, this build needs 5: run npm run db -- migrate\n'
     })
   })
 })

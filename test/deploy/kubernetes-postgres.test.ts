@@ -2,6 +2,7 @@ import { readdir, readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { parseAllDocuments, parseDocument } from 'yaml'
 import { Deployment } from 'kubernetes-models/apps/v1/Deployment'
+import { CronJob } from 'kubernetes-models/batch/v1/CronJob'
 import { Job } from 'kubernetes-models/batch/v1/Job'
 import { beforeAll, describe, expect, it } from 'vitest'
 
@@ -50,6 +51,7 @@ describe('the PostgreSQL variant of the Kubernetes manifests (deploy/kubernetes-
   let base: { configMapGenerator: Array<{ name: string }>, secretGenerator: Array<{ name: string }> }
   let deployment: Deployment
   let job: Job
+  let cronJob: CronJob
 
   beforeAll(async () => {
     kustomization = (await readYaml(join(VARIANT, 'kustomization.yaml')))[0] as typeof kustomization
@@ -59,6 +61,8 @@ describe('the PostgreSQL variant of the Kubernetes manifests (deploy/kubernetes-
     deployment = new Deployment(strategicMerge(baseDeployment, patch) as never)
     const [jobObject] = await readYaml(join(VARIANT, 'migrate-job.yaml'))
     job = new Job(jobObject as never)
+    const [cronJobObject] = await readYaml(join(VARIANT, 'trim-cronjob.yaml'))
+    cronJob = new CronJob(cronJobObject as never)
   })
 
   it('builds on the base and lists every file of its folder', async () => {
@@ -70,6 +74,7 @@ describe('the PostgreSQL variant of the Kubernetes manifests (deploy/kubernetes-
 
   it('holds objects that validate against the Kubernetes schemas, the patched Deployment included', () => {
     expect(() => job.validate()).not.toThrow()
+    expect(() => cronJob.validate()).not.toThrow()
     expect(() => deployment.validate()).not.toThrow()
   })
 
@@ -89,6 +94,19 @@ describe('the PostgreSQL variant of the Kubernetes manifests (deploy/kubernetes-
     const fromPods = url(deployment.spec!.template.spec!.containers[0]!.env)
     expect(fromPods).toEqual({ secretKeyRef: { name: expect.any(String), key: expect.any(String) } })
     expect(url(job.spec!.template.spec!.containers[0]!.env)).toEqual(fromPods)
+    expect(url(cronJob.spec!.jobTemplate.spec!.template.spec!.containers[0]!.env)).toEqual(fromPods)
+  })
+
+  it('trims the change log with the command of npm run db -- trim, one Job at a time, in the service\'s image, as the node user', async () => {
+    const scripts = JSON.parse(await readFile('package.json', 'utf8')).scripts as Record<string, string>
+    const spec = cronJob.spec!.jobTemplate.spec!.template.spec!
+    const container = spec.containers[0]!
+    expect(`node scripts/build.mjs --if-stale && ${container.command!.slice(0, 2).join(' ')}`).toBe(scripts.db)
+    expect(container.command!.slice(2)).toEqual(['trim'])
+    expect(cronJob.spec!.concurrencyPolicy).toBe('Forbid')
+    expect(container.image).toBe(deployment.spec!.template.spec!.containers[0]!.image)
+    expect(spec.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 1000 })
+    expect(container.securityContext).toMatchObject({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false })
   })
 
   it('migrates with the command of npm run db -- migrate, in the service\'s image, as the node user', async () => {

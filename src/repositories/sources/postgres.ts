@@ -333,6 +333,11 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
   pool.on('remove', (client) => pooled.delete(client as unknown as SocketClient))
 
   let events: SourceEvents | undefined
+  /**
+   * The first connection, made before the first read, retried while the database cannot be reached
+   * (for connectTimeoutMs): the listening one, once the changes are followed.
+   */
+  let first: Promise<SocketClient> | undefined
   let listening: SocketClient | undefined
   let mode: FollowMode = 'poll'
   /** Why the replica polls, once it knows it must: then it does not try to listen again. */
@@ -356,8 +361,12 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
    * they cannot (LISTEN is refused during recovery), and through a transaction pooler a NOTIFY sent
    * to itself never comes back. Answers the mode and why.
    */
+  const connectListening = (timeoutMs: number) => connectPostgres(url, timeoutMs, { applicationName: `${APPLICATION_NAME} (listening)`, onRetry })
+
   async function listen (timeoutMs: number): Promise<[FollowMode, string]> {
-    const client = await connectPostgres(url, timeoutMs, { applicationName: `${APPLICATION_NAME} (listening)`, onRetry })
+    const spare = first
+    first = undefined
+    const client = await (spare ?? connectListening(timeoutMs))
     client.on('error', (error) => connectionLost(client, error))
     client.on('end', () => connectionLost(client, new Error('the connection was closed')))
     try {
@@ -572,6 +581,14 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
     location,
     get mode () { return mode },
     async list () {
+      // A database that does not answer yet (starting, restarting) is waited for, each try told.
+      if (events === undefined) {
+        await (first ??= connectListening(connectTimeoutMs).then((client) => {
+          // Cut while it waits to listen: LISTEN then fails, and the replica connects again.
+          client.on('error', () => {})
+          return client
+        }))
+      }
       return await inTransaction(async (client) => await listAll(client, await snapshotOf(client)))
     },
     async changesSince (since) {
@@ -601,6 +618,7 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
     async close () {
       closed = true
       clearInterval(pollTimer)
+      await first?.then((client) => client.end(), () => {})
       // A graceful end, unless the connection does not answer.
       if (listening !== undefined) await Promise.race([listening.end().catch(() => {}), sleep(1000)])
       listening?.socket.destroy()
