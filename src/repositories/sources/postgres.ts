@@ -291,6 +291,13 @@ const EMPTY = MemberList.of([])
 /** The kind whose records a table's change-log entries name: a member's change is its organization's. */
 const KIND_OF_TABLE = new Map<string, RecordKind>([...RECORD_KINDS.map((kind) => [KINDS[kind].table, kind] as const), ['members', 'organizations']])
 
+/**
+ * The entries of the transactions a position ($1) did not see: PgQ's cut. An entry below the
+ * position's xmin was committed before it (an aborted transaction leaves none); at or above it, the
+ * position says whether it saw the transaction. The index on txid reads from xmin on.
+ */
+const PAST_POSITION = 'txid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(txid, $1::pg_snapshot)'
+
 /** What the position's xmax says: the transaction id every later transaction is at or above. */
 const horizonOf = (position: string) => Number(position.split(':')[1])
 
@@ -538,16 +545,18 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
    * they name, read at that snapshot.
    */
   async function readChanges (client: pg.ClientBase, since: string): Promise<Batch> {
-    const { rows: [state] } = await client.query<{ position: string, trimmed: boolean, older: boolean }>(`SELECT pg_current_snapshot()::text AS position,
+    // One query when nothing changed, which is what a poll finds most of the time.
+    const { rows: [state] } = await client.query<{ position: string, trimmed: boolean, older: boolean, changed: boolean }>(`SELECT pg_current_snapshot()::text AS position,
         (SELECT through FROM directory_changes_trimmed) >= pg_snapshot_xmin($1::pg_snapshot) AS trimmed,
-        pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax($1::pg_snapshot) AS older`, [since])
-    const { position, trimmed, older } = state!
+        pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax($1::pg_snapshot) AS older,
+        EXISTS (SELECT 1 FROM directory_changes WHERE ${PAST_POSITION}) AS changed`, [since])
+    const { position, trimmed, older, changed } = state!
     // A standby that has not yet replayed what was served (the replica moved to another one): wait for it.
     if (older) return { position: since, horizon: horizonOf(since), changes: [] }
     if (trimmed) return await listAll(client, position, `the change log was trimmed past the position ${since}`)
+    if (!changed) return { position, horizon: horizonOf(position), changes: [] }
     const { rows } = await client.query<Pending>(`WITH pending AS (
-        SELECT table_name, names, written_at FROM directory_changes
-        WHERE txid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(txid, $1::pg_snapshot)
+        SELECT table_name, names, written_at FROM directory_changes WHERE ${PAST_POSITION}
       )
       SELECT table_name, count(*) AS entries, extract(epoch FROM now() - min(written_at)) AS age,
         CASE WHEN bool_or(names IS NULL) THEN NULL ELSE (SELECT array_agg(name) FROM (

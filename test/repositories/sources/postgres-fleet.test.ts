@@ -77,7 +77,8 @@ describe.each(shapes)('a replica %s', (_shape, replicaUrl) => {
     await standby.caughtUp()
     const replica = await startServer({ DATABASE_URL: replicaUrl(), POLL_INTERVAL_MS: String(POLL_INTERVAL_MS), LOG_LEVEL: 'info' })
     try {
-      expect(replica.output()).toContain('changes followed by polling the change log')
+      // Written once the source knows how it follows, after "Server listening".
+      await expect.poll(() => replica.output(), { timeout: 5000 }).toContain('changes followed by polling the change log')
       const res = await fetch(`${replica.url}/v1/providers`, { headers: bearer(KEYS.alphaStandard) })
       expect(res.status).toBe(200)
     } finally {
