@@ -26,8 +26,8 @@ export async function freePort () {
   return port
 }
 
-/** A throw-away cluster: initdb, pg_ctl start; `close()` stops it and removes its folder. */
-export async function startPostgres () {
+/** A throw-away cluster: initdb, pg_ctl start, with `settings` (`-c name=value`) besides; `close()` stops it and removes its folder. */
+export async function startPostgres (settings = {}) {
   const versions = readdirSync('/usr/lib/postgresql').filter((name) => /^\d+$/.test(name)).sort((a, b) => b - a)
   const bin = versions.map((version) => `/usr/lib/postgresql/${version}/bin`).find((dir) => existsSync(join(dir, 'initdb')))
   if (!bin) throw new Error('no PostgreSQL server binaries in /usr/lib/postgresql/N/bin (apt-get install -y postgresql)')
@@ -41,7 +41,8 @@ export async function startPostgres () {
   const data = join(dir, 'data')
   run('initdb', ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--locale=C', '--no-sync'])
   // Commits as a real deployment makes them (fsync on): a revocation's time includes its commit.
-  run('pg_ctl', ['-D', data, '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1`, '-l', join(dir, 'log'), '-w', 'start'])
+  const options = Object.entries(settings).map(([name, value]) => ` -c ${name}=${value}`).join('')
+  run('pg_ctl', ['-D', data, '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1${options}`, '-l', join(dir, 'log'), '-w', 'start'])
   return {
     url: `postgresql://postgres@127.0.0.1:${port}/postgres`,
     version: /\d+(\.\d+)+/.exec(execFileSync(join(bin, 'postgres'), ['--version'], { encoding: 'utf8' }))[0],

@@ -13,22 +13,20 @@ export { DataError }
 
 /**
  * The kinds of record the directory holds, and everything that differs between them: the schema of
- * one record, its file, its table, the field that names a record in notices and messages, and the
+ * one record, its file, its table, the field that names a record in the change log and messages, and the
  * fields that must be unique. The sources, the snapshot, the counts, `npm run check` and `npm run db`
  * all walk this registry: a new kind is one entry here and its schema (plus its route and, for
  * PostgreSQL, its table).
  */
 export const KINDS = {
-  providers: { schema: ProviderSchema, file: 'providers.json', table: 'providers', key: 'slug', unique: ['slug'], held: 'list', refers: undefined },
-  endpoints: { schema: EndpointSchema, file: 'zdr-endpoints.json', table: 'endpoints', key: undefined, unique: [], held: 'list', refers: undefined },
-  organizations: { schema: OrganizationSchema, file: 'organizations.json', table: 'organizations', key: 'id', unique: ['id'], held: 'organizations', refers: undefined },
-  // A key refers to its organization: a key is never installed ahead of an organization on its way.
-  keys: { schema: ApiKeySchema, file: 'keys.json', table: 'keys', key: 'name', unique: ['name', 'sha256'], held: 'keys', refers: { field: 'organization_id', kind: 'organizations' } }
+  providers: { schema: ProviderSchema, file: 'providers.json', table: 'providers', key: 'slug', unique: ['slug'], held: 'list' },
+  endpoints: { schema: EndpointSchema, file: 'zdr-endpoints.json', table: 'endpoints', key: undefined, unique: [], held: 'list' },
+  organizations: { schema: OrganizationSchema, file: 'organizations.json', table: 'organizations', key: 'id', unique: ['id'], held: 'organizations' },
+  keys: { schema: ApiKeySchema, file: 'keys.json', table: 'keys', key: 'name', unique: ['name', 'sha256'], held: 'keys' }
 } as const satisfies Record<string, {
   schema: TSchema, file: string, table: string, key: string | undefined, unique: readonly string[]
   /** How the snapshot holds it: a list served whole, or by key (the keys, organizations with member pages). */
   held: 'list' | 'keys' | 'organizations'
-  refers: { field: string, kind: string } | undefined
 }>
 
 export type RecordKind = keyof typeof KINDS
@@ -41,7 +39,7 @@ export const RECORD_KINDS = Object.keys(KINDS) as RecordKind[]
  * entry. The kinds served are those of KINDS above.
  */
 export function registerKind (name: string, entry: { schema: TSchema, file: string, table: string, key: string | undefined, unique: readonly string[], held: 'list' }) {
-  (KINDS as Record<string, unknown>)[name] = { ...entry, refers: undefined }
+  (KINDS as Record<string, unknown>)[name] = { ...entry }
   RECORD_KINDS.push(name as RecordKind)
   ;(checkers as Record<string, unknown>)[name] = TypeCompiler.Compile(Type.Array(entry.schema))
   ;(recordCheckers as Record<string, unknown>)[name] = TypeCompiler.Compile(entry.schema)

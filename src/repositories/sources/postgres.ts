@@ -577,7 +577,6 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
         named.set(kind, held.size > NAMED_MAX ? 'all' : held)
       }
     }
-    // In the registry's order: the kinds referred to before the kinds that refer to them.
     const requests = RECORD_KINDS.filter((kind) => named.has(kind)).map((kind) => {
       const names = named.get(kind)!
       return { kind, keys: names === 'all' ? 'all' as const : [...names] }

@@ -1,0 +1,112 @@
+// What a fleet of replicas costs PostgreSQL (docs/postgresql.md, "What a fleet costs"): `npm run build &&
+// node scripts/bench-fleet.mjs`. A million keys and a hundred thousand organizations of ten; REPLICAS
+// (100) replicas following them, each the source a server runs (dist/repositories/sources/postgres.js),
+// woken by notifications (notify) or polling every second (poll, as behind PgBouncer or on a standby).
+// A replica's own snapshot is not built: what is measured is the database's side. Each replica starts
+// from the position a list would record (the snapshot of a transaction), not from a list of its own.
+// It prints, for each mode: the connections held idle, the transactions a second idle, the rows read by
+// all replicas for one revocation, and the rows read when every replica's connections are cut while 5
+// keys are revoked, then come back (with how long the last took to catch up).
+import { setTimeout as sleep } from 'node:timers/promises'
+import pg from 'pg'
+import { startPostgres } from './bench-postgres.mjs'
+
+const REPLICAS = Number(process.env.REPLICAS ?? 100)
+const KEYS = Number(process.env.BENCH_SCALE_KEYS ?? 1_000_000)
+const ORGANIZATIONS = Number(process.env.BENCH_SCALE_ORGANIZATIONS ?? 100_000)
+const IDLE_SECONDS = 10
+
+const { createPostgresSource } = await import('../dist/repositories/sources/postgres.js')
+const { migrate } = await import('../dist/repositories/sources/postgres-schema.js')
+
+const server = await startPostgres({ max_connections: REPLICAS * 2 + 20 })
+const url = server.url
+const admin = new pg.Client({ connectionString: url })
+await admin.connect()
+const sql = (text, values) => admin.query(text, values)
+
+try {
+  await migrate(admin)
+  await sql(`INSERT INTO organizations (id, position, name) SELECT 'org_' || o, o, 'Organization ' || o FROM generate_series(0, ${ORGANIZATIONS - 1}) AS o`)
+  await sql(`INSERT INTO members (organization_id, id, position, email, role)
+    SELECT 'org_' || o, 'user_' || m, m, 'u' || m || '@org' || o || '.example', 'org:member' FROM generate_series(0, ${ORGANIZATIONS - 1}) AS o, generate_series(0, 9) AS m`)
+  await sql(`INSERT INTO keys SELECT 'key-' || i, encode(sha256(('scale-key-' || i)::bytea), 'hex'), 'standard', 'org_' || (i % ${ORGANIZATIONS}) FROM generate_series(0, ${KEYS - 1}) AS i`)
+  await sql('ANALYZE')
+  console.log(`PostgreSQL ${server.url}: ${KEYS} keys, ${ORGANIZATIONS} organizations of 10, ${REPLICAS} replicas`)
+
+  const connections = async () => Number((await sql("SELECT count(*) AS n FROM pg_stat_activity WHERE application_name LIKE 'model-gateway-directory%'")).rows[0].n)
+  const commits = async () => Number((await sql('SELECT sum(xact_commit) AS n FROM pg_stat_database')).rows[0].n)
+  let revoked = 0
+
+  for (const mode of ['notify', 'poll']) {
+    const position = (await sql('SELECT pg_current_snapshot()::text AS position')).rows[0].position
+    const replicas = Array.from({ length: REPLICAS }, () => {
+      // pollIntervalMs 1000 in both: in notify mode it polls only while its listening connection is away.
+      const source = createPostgresSource({ url, connectTimeoutMs: 10_000, pollIntervalMs: 1000 })
+      const replica = { source, position, rows: 0, entries: 0, reading: false, again: false, caughtUp: 0 }
+      replica.read = async () => {
+        if (replica.reading) { replica.again = true; return }
+        replica.reading = true
+        try {
+          do {
+            replica.again = false
+            const batch = await source.changesSince(replica.position)
+            for (const change of batch.changes) replica.rows += change.rowsRead ?? 0
+            replica.position = batch.position
+            replica.caughtUp = performance.now()
+          } while (replica.again)
+        } catch {
+          setTimeout(() => void replica.read(), 200)
+        } finally {
+          replica.reading = false
+        }
+      }
+      return replica
+    })
+    // Poll mode as a pooler or a standby makes it: no notification ever arrives.
+    await Promise.all(replicas.map((replica) => replica.source.watch({
+      wake: () => { if (mode === 'notify' || replica.source.mode === 'poll') void replica.read() },
+      following () {},
+      mode () {},
+      behind (entries) { replica.entries += entries }
+    })))
+    if (mode === 'poll') {
+      for (const replica of replicas) {
+        // Stands in for a listening connection that a pooler never delivers to.
+        if (replica.source.mode === 'notify') replica.poll = setInterval(() => void replica.read(), 1000)
+      }
+    }
+    await sleep(2000)
+    const idleConnections = await connections()
+    const before = await commits()
+    await sleep(IDLE_SECONDS * 1000)
+    const perSecond = ((await commits()) - before - 1) / IDLE_SECONDS
+
+    // Rows of the tables, and entries of the log, read by every replica together.
+    const rowsNow = () => [replicas.reduce((sum, replica) => sum + replica.rows, 0), replicas.reduce((sum, replica) => sum + replica.entries, 0)]
+    const minus = ([rows, entries], [rows0, entries0]) => `${rows - rows0} rows and ${entries - entries0} log entries`
+    const waitCaughtUp = async (since) => { while (replicas.some((replica) => replica.caughtUp < since)) await sleep(5) }
+    let from = rowsNow()
+    let at = performance.now()
+    await sql('DELETE FROM keys WHERE name = $1', [`key-${revoked++}`])
+    await waitCaughtUp(at)
+    const oneRevocation = minus(rowsNow(), from)
+
+    from = rowsNow()
+    await sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'model-gateway-directory%'")
+    for (let n = 0; n < 5; n++) await sql('DELETE FROM keys WHERE name = $1', [`key-${revoked++}`])
+    at = performance.now()
+    await waitCaughtUp(at)
+    const reconnect = minus(rowsNow(), from)
+    const catchUp = performance.now() - at
+
+    console.log(`${mode}: ${idleConnections} connections idle, ${perSecond.toFixed(1)} transactions a second idle, ` +
+      `${oneRevocation} read for one revocation (all replicas), ${reconnect} read after every replica's connections were cut and 5 keys revoked, ` +
+      `the last caught up in ${catchUp.toFixed(0)} ms`)
+    for (const replica of replicas) clearInterval(replica.poll)
+    await Promise.all(replicas.map((replica) => replica.source.close()))
+  }
+} finally {
+  await admin.end()
+  server.close()
+}
