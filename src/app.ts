@@ -33,7 +33,7 @@ export interface LogOptions {
   pretty?: boolean
 }
 
-type AppSettings = ConnectionLimits & Pick<Config, 'METRICS' | 'RATE_LIMIT_PER_MINUTE' | 'RATE_LIMIT_ANONYMOUS_PER_MINUTE' | 'REDIS_URL' | 'TRUST_PROXY' | 'CORS_ORIGINS'>
+type AppSettings = ConnectionLimits & Pick<Config, 'METRICS' | 'RATE_LIMIT_PER_MINUTE' | 'RATE_LIMIT_ANONYMOUS_PER_MINUTE' | 'REDIS_URL' | 'TRUST_PROXY' | 'CORS_ORIGINS' | 'MAX_STALENESS_MS'>
 
 interface AppOptions {
   /** The data served; its current view is pinned on each request. */
@@ -42,6 +42,8 @@ interface AppOptions {
   log?: LogOptions
   /** The defaults of config.ts for those not given. */
   settings?: Partial<AppSettings>
+  /** Now, in ms since the epoch, for keys' expiries and the data's staleness: tests give their own. */
+  clock?: () => number
 }
 
 /**
@@ -71,7 +73,7 @@ function trustProxy (setting: string) {
 }
 
 /** Builds the application; never listens (main.ts does, tests inject). */
-export function buildApp ({ snapshots, log, settings }: AppOptions) {
+export function buildApp ({ snapshots, log, settings, clock = Date.now }: AppOptions) {
   const config: AppSettings = { ...loadConfig({}), ...settings }
   const app = Fastify({
     logger: loggerOptions(log),
@@ -120,13 +122,15 @@ export function buildApp ({ snapshots, log, settings }: AppOptions) {
   app.register(requestChecks, { bodyLimit: BODY_LIMIT_BYTES })
   app.register(shutdown)
   // First of the hooks that measure, so that the time of the others counts.
-  app.register(metrics, { enabled: config.METRICS, snapshots })
+  app.register(metrics, { enabled: config.METRICS, snapshots, maxStalenessMs: config.MAX_STALENESS_MS })
   const origins = corsOrigins(config)
   if (origins.length > 0) app.register(cors, { origins })
 
   // Outside /v1, so outside its authentication (and its rate limits).
   app.register(indexRoutes, { metrics: config.METRICS })
-  app.register(healthRoutes)
+  // Not ready while the data cannot be confirmed current past MAX_STALENESS_MS: the balancer sends elsewhere.
+  const maxStalenessMs = config.MAX_STALENESS_MS
+  app.register(healthRoutes, { stale: () => maxStalenessMs !== undefined && clock() - snapshots.confirmedAt() > maxStalenessMs })
   if (config.METRICS) app.register(metricsRoutes)
 
   app.register(async (v1) => {
@@ -143,7 +147,7 @@ export function buildApp ({ snapshots, log, settings }: AppOptions) {
     })
     // Pins the snapshot and authenticates; a request without a valid key is counted by its address,
     // then refused.
-    await v1.register(auth, { snapshots, limitRefusals })
+    await v1.register(auth, { snapshots, limitRefusals, clock, maxStalenessMs })
     // After auth in the scope's order: the key is known.
     if (limitKey) v1.addHook('onRequest', limitKey)
     // Answers vary on Accept-Encoding, and with CORS on Origin too: the routes set Vary whole.

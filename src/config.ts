@@ -20,6 +20,10 @@ const ConfigSchema = Type.Object({
   // Where notifications cannot arrive (a hot standby, a transaction pooler): a read of the change
   // log this often, one small query when nothing changed.
   POLL_INTERVAL_MS: Type.Integer({ default: 1000, minimum: 10, description: 'How often the change log is read where notifications cannot arrive' }),
+  // Unset, a replica that cannot reach its source serves its last data however old (availability);
+  // set, it refuses keyed requests (503) once its data has gone unconfirmed this long (a revocation
+  // it cannot see stops mattering after this bound).
+  MAX_STALENESS_MS: Type.Optional(Type.Integer({ minimum: 1000, description: 'How long the data may go unconfirmed before keyed requests are refused (503)' })),
   METRICS: Type.Boolean({ default: true, description: 'Serve GET /metrics and measure every request' }),
   // Per key and per client address; 0 turns that limit off. High enough that a test suite never
   // meets them, low enough to stop a runaway loop from starving the other clients.

@@ -46,9 +46,10 @@ function describeUse (config: Config, source: Source) {
   // As app.ts reads it: digits alone are a number of hops, anything else addresses and ranges.
   const hops = trust !== undefined && /^[0-9]+$/.test(trust) ? Number(trust) : undefined
   const proxies = trust === undefined ? 'none' : hops === undefined ? trust : `${hops} hop${hops === 1 ? '' : 's'}`
+  const staleness = config.MAX_STALENESS_MS === undefined ? 'unbounded (the last data serves however old)' : `${config.MAX_STALENESS_MS} ms, then keyed requests answer 503`
   return {
-    fields: { data, rate_limits: rateLimits, cors_origins: origins, trusted_proxies: proxies },
-    message: `using ${data}; rate limits ${rateLimits}; CORS origins: ${origins.join(', ') || 'none'}; trusted proxies: ${proxies}`
+    fields: { data, rate_limits: rateLimits, cors_origins: origins, trusted_proxies: proxies, max_staleness_ms: config.MAX_STALENESS_MS ?? null },
+    message: `using ${data}; rate limits ${rateLimits}; CORS origins: ${origins.join(', ') || 'none'}; trusted proxies: ${proxies}; staleness ${staleness}`
   }
 }
 
@@ -71,7 +72,8 @@ async function main () {
           onRetry: (line) => process.stderr.write(`${line}\n`)
         })
       : createFileSource(config.FIXTURES_DIR)
-    lifecycle = createLifecycle(source)
+    // With a bound on staleness, the source is read often enough to confirm the data current well within it.
+    lifecycle = createLifecycle(source, { confirmEveryMs: config.MAX_STALENESS_MS === undefined ? undefined : Math.min(5000, Math.floor(config.MAX_STALENESS_MS / 3)) })
     await lifecycle.load()
   } catch (error) {
     // Bad configuration or data: say which and stop before listening.

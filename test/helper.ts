@@ -145,9 +145,13 @@ export function snapshotsOf (data: DirectoryData, source = 'test') {
     ? { readFailures: 0, mode: 'watch', position: undefined, lag: { entries: 0, seconds: 0 } }
     : { readFailures: 0, mode: 'notify', position: 1000, lag: { entries: 0, seconds: 0 } }
   const ready = createSnapshot(data).then((first) => { snapshot = first })
+  let confirmed: number | undefined
   return {
     ready,
     current: () => snapshot!,
+    /** Current as of now, unless a test said when it was last confirmed (`confirmed`). */
+    confirmedAt: () => confirmed ?? Date.now(),
+    confirmed (at: number | undefined) { confirmed = at },
     info: (): SnapshotInfo => ({
       source,
       version: snapshot!.version,
@@ -181,6 +185,8 @@ export interface BuildOptions {
   log?: LogOptions
   /** Settings of config.ts; their defaults otherwise. */
   settings?: Parameters<typeof buildApp>[0]['settings']
+  /** Now, in ms since the epoch: a test moves it instead of waiting. */
+  clock?: () => number
 }
 
 /** Apps built outside a test (in beforeAll, or while a file collects its tests), closed with the file. */
@@ -191,8 +197,8 @@ const fileApps: FastifyInstance[] = []
  * (test/conformance.ts), whatever the test looks at. It is closed when the test that built it ends,
  * or at the end of its file when built outside a test (test/setup.ts).
  */
-export function build ({ data = makeData(), snapshots = snapshotsOf(data), log, settings }: BuildOptions = {}) {
-  const app = buildApp({ snapshots, log, settings })
+export function build ({ data = makeData(), snapshots = snapshotsOf(data), log, settings, clock }: BuildOptions = {}) {
+  const app = buildApp({ snapshots, log, settings, ...clock === undefined ? {} : { clock } })
   if ('ready' in snapshots) app.addHook('onReady', async () => { await snapshots.ready })
   checkResponsesAgainstDocument(app)
   if (TestRunner.getCurrentTest()) onTestFinished(() => app.close())

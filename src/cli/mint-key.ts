@@ -9,30 +9,44 @@ import { validateRecords } from '../repositories/records.js'
 import { FIXTURE_FILES } from '../repositories/sources/files.js'
 import { readJsonFile, writeJsonFile } from '../repositories/json-file.js'
 import { connectPostgres, locationOf } from '../repositories/sources/postgres.js'
-import { deleteKey, insertKey, organizationExists } from '../repositories/sources/postgres-write.js'
+import { deleteKey, insertKey, listKeys, organizationExists, rotateKey } from '../repositories/sources/postgres-write.js'
+import { timestampMs, timestampText } from '../schemas/formats.js'
+import { formatDuration, parseDuration } from './duration.js'
 import { KEY_KINDS, type ApiKey } from '../schemas/fixtures.js'
 import { readCommandLine, refuseCommandLine } from './command-line.js'
 
-const USAGE = 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--fixtures-dir <dir>]' +
-  ' | npm run key -- revoke --name <label> [--fixtures-dir <dir>]'
+const USAGE = 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--expires-in <duration> | --expires-at <time>] [--fixtures-dir <dir>]' +
+  ' | npm run key -- rotate --name <label> [--grace <duration>] [--new-name <label>] [--fixtures-dir <dir>]' +
+  ' | npm run key -- revoke --name <label> [--fixtures-dir <dir>] | npm run key -- list [--fixtures-dir <dir>]'
 
-const HELP = `Mints an API key, or revokes one, where the servers read keys: the keys table when DATABASE_URL is
-set, else keys.json of a data folder. Running servers follow the change without a restart.
+const HELP = `Mints an API key, rotates, revokes or lists them, where the servers read keys: the keys table when
+DATABASE_URL is set, else keys.json of a data folder. Running servers follow the change without a restart.
 
-usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--fixtures-dir <dir>]
+usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--expires-in <duration> | --expires-at <time>] [--fixtures-dir <dir>]
+       npm run key -- rotate --name <label> [--grace <duration>] [--new-name <label>] [--fixtures-dir <dir>]
        npm run key -- revoke --name <label> [--fixtures-dir <dir>]
+       npm run key -- list [--fixtures-dir <dir>]
 
   --kind standard|management  a standard key lists providers and endpoints; a management key also
                               lists the members of its organization
   --org <organization id>     the organization the key belongs to
-  --name <label>              the key's name, unique: what revoke takes
+  --name <label>              the key's name, unique: what rotate and revoke take
+  --expires-in <duration>     the key answers 401 after this long: 30s, 15m, 12h, 90d
+  --expires-at <time>         ... or from this instant, RFC 3339 with a time zone (2026-12-31T23:59:59Z)
+  --grace <duration>          rotate: how long the old key keeps working (default 1h; 0 ends it at once;
+                              a key expiring sooner keeps its expiry)
+  --new-name <label>          rotate: the successor's name (default: the old name and the time)
   --fixtures-dir <dir>        keys.json of this folder, even when DATABASE_URL is set (default:
                               DATABASE_URL, else FIXTURES_DIR; never the bundled fixtures/)
   -h, --help                  prints this help
 
-The key is printed once, on stdout; only its SHA-256 is recorded. Capture it without npm's banner:
+A key minted or rotated is printed once, on stdout; only its SHA-256 is recorded. Capture it without npm's banner:
   KEY=$(npm run -s key -- --kind standard --org <organization id> --name <label> --fixtures-dir <dir>)
+Expiries are compared with each server's clock: run NTP.
 `
+
+/** A key as list shows it: never its hash. */
+type Listed = Omit<ApiKey, 'sha256'>
 
 /** Where keys are kept: the keys table, or keys.json of a folder. */
 interface KeyStore {
@@ -42,6 +56,9 @@ interface KeyStore {
   remove(name: string): Promise<boolean>
   /** False when the store knows of no organization of that id. */
   hasOrganization(id: string): Promise<boolean>
+  /** Mints `successor` beside the key named `name` and ends that one after the grace, at once; undefined when there is none. */
+  rotate(name: string, successor: Pick<ApiKey, 'name' | 'sha256' | 'expires_at'>, graceMs: number): Promise<{ kind: ApiKey['kind'], organization_id: string, expires_at: string } | undefined>
+  list(): Promise<Listed[]>
   close(): Promise<void>
 }
 
@@ -57,6 +74,8 @@ async function openStore (fixturesDir: string | undefined): Promise<KeyStore> {
       add: (key) => insertKey(client, key),
       remove: (name) => deleteKey(client, name),
       hasOrganization: (id) => organizationExists(client, id),
+      rotate: (name, successor, graceMs) => rotateKey(client, name, successor, graceMs),
+      list: () => listKeys(client),
       close: () => client.end()
     }
   }
@@ -81,6 +100,20 @@ async function openStore (fixturesDir: string | undefined): Promise<KeyStore> {
       await write(kept)
       return true
     },
+    async rotate (name, successor, graceMs) {
+      const keys = await readKeys(file, false)
+      const old = keys.find((key) => key.name === name)
+      if (old === undefined) return undefined
+      if (keys.some((key) => key.name === successor.name)) throw new Error(`a key named ${JSON.stringify(successor.name)} exists already in ${file}`)
+      const end = Math.min(old.expires_at == null ? Infinity : Date.parse(old.expires_at), Date.now() + graceMs)
+      const ended = { ...old, expires_at: end === Date.parse(old.expires_at ?? '') ? old.expires_at! : timestampText(end) }
+      // One atomic write: both keys, or neither.
+      await write([...keys.map((key) => key === old ? ended : key), { ...successor, kind: old.kind, organization_id: old.organization_id }])
+      return { kind: old.kind, organization_id: old.organization_id, expires_at: ended.expires_at }
+    },
+    async list () {
+      return (await readKeys(file, false)).map(({ sha256: _hash, ...key }) => key).sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0)
+    },
     async hasOrganization (id) {
       const organizations = await readJsonFile(join(dir, FIXTURE_FILES.organizations), FIXTURE_FILES.organizations).catch(() => [])
       return Array.isArray(organizations) && organizations.some((organization) => organization?.id === id)
@@ -95,39 +128,90 @@ async function readKeys (file: string, mayBeMissing: boolean): Promise<ApiKey[]>
   return validateRecords('keys', await readJsonFile(file, FIXTURE_FILES.keys), FIXTURE_FILES.keys)
 }
 
+/** A new key: 32 random bytes (256 bits, far beyond guessing), prefixed so that people know what the string is. */
+const newSecret = () => `sk-or-v1-${randomBytes(32).toString('hex')}`
+
+/** The expiry the options ask for (RFC 3339, UTC), undefined for none; refuses the command line when it is not one. */
+function expiryOf (values: { 'expires-in'?: string | undefined, 'expires-at'?: string | undefined }): string | undefined {
+  const { 'expires-in': expiresIn, 'expires-at': expiresAt } = values
+  if (expiresIn !== undefined && expiresAt !== undefined) refuseCommandLine('key', 'give --expires-in or --expires-at, not both')
+  if (expiresIn !== undefined) {
+    const ms = parseDuration(expiresIn)
+    if (ms === undefined) refuseCommandLine('key', `--expires-in ${JSON.stringify(expiresIn)} is not a duration such as 30s, 15m, 12h or 90d`)
+    return timestampText(Date.now() + ms)
+  }
+  if (expiresAt !== undefined && Number.isNaN(timestampMs(expiresAt))) {
+    refuseCommandLine('key', `--expires-at ${JSON.stringify(expiresAt)} is not an RFC 3339 timestamp with a time zone (2026-12-31T23:59:59Z)`)
+  }
+  return expiresAt
+}
+
+/** `name  kind  organization  expiry` lines, aligned, the expired marked. */
+function formatList (keys: Listed[], now: number): string {
+  const rows = [['NAME', 'KIND', 'ORGANIZATION', 'EXPIRES'], ...keys.map((key) => [key.name, key.kind, key.organization_id,
+    key.expires_at == null ? 'never' : `${key.expires_at}${Date.parse(key.expires_at) <= now ? ' (expired)' : ''}`])]
+  const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)))
+  return rows.map((row) => row.map((cell, column) => column === row.length - 1 ? cell : cell.padEnd(widths[column]!)).join('  ')).join('\n') + '\n'
+}
+
 async function main () {
   const { positionals, values } = readCommandLine('key', {
     kind: { type: 'string' },
     org: { type: 'string' },
     name: { type: 'string' },
+    'expires-in': { type: 'string' },
+    'expires-at': { type: 'string' },
+    grace: { type: 'string' },
+    'new-name': { type: 'string' },
     'fixtures-dir': { type: 'string' }
   }, true)
   if (values.help) {
     process.stdout.write(HELP)
     return
   }
-  const revoking = positionals[0] === 'revoke'
+  const command = positionals[0] ?? 'mint'
   const kind = KEY_KINDS.find((k) => k === values.kind)
-  const valid = revoking
-    ? positionals.length === 1 && values.name && values.kind === undefined && values.org === undefined
-    : positionals.length === 0 && kind !== undefined && values.org && values.name
+  const given = (...names: Array<keyof typeof values>) => names.filter((option) => values[option] !== undefined && option !== 'fixtures-dir')
+  const only = (...names: Array<keyof typeof values>) => given('kind', 'org', 'name', 'expires-in', 'expires-at', 'grace', 'new-name').every((option) => names.includes(option))
+  const valid = positionals.length <= 1 && (
+    command === 'mint' ? positionals.length === 0 && kind !== undefined && values.org && values.name && only('kind', 'org', 'name', 'expires-in', 'expires-at')
+      : command === 'revoke' ? values.name && only('name')
+        : command === 'rotate' ? values.name && only('name', 'grace', 'new-name', 'expires-in', 'expires-at')
+          : command === 'list' && only())
   if (!valid) refuseCommandLine('key', USAGE)
+  const expiresAt = expiryOf(values)
+  const graceMs = values.grace === undefined ? 60 * 60 * 1000 : parseDuration(values.grace)
+  if (graceMs === undefined) refuseCommandLine('key', `--grace ${JSON.stringify(values.grace)} is not a duration such as 0, 30s, 15m, 12h or 90d`)
   const name = values.name!
 
   const store = await openStore(values['fixtures-dir'])
   try {
-    if (revoking) {
+    if (command === 'list') {
+      process.stdout.write(formatList(await store.list(), Date.now()))
+      return
+    }
+    if (command === 'revoke') {
       if (!await store.remove(name)) throw new Error(`no key named ${JSON.stringify(name)} in ${store.where}`)
       process.stderr.write(`revoked key ${JSON.stringify(name)} in ${store.where}; running servers refuse it from their next reload, without a restart\n`)
       return
     }
-    // 32 random bytes: 256 bits, far beyond guessing; the prefix tells people what the string is.
-    const key = `sk-or-v1-${randomBytes(32).toString('hex')}`
-    await store.add({ name, sha256: hash('sha256', key), kind: kind!, organization_id: values.org! })
+    const key = newSecret()
+    const expiry = expiresAt === undefined ? {} : { expires_at: expiresAt }
+    if (command === 'rotate') {
+      // The old name and the time, to the second: readable, and a rotation a second is plenty.
+      const successor = values['new-name'] ?? `${name}-${new Date().toISOString().replace(/[-:]/g, '').slice(0, 15)}`
+      const old = await store.rotate(name, { name: successor, sha256: hash('sha256', key), ...expiry }, graceMs)
+      if (old === undefined) throw new Error(`no key named ${JSON.stringify(name)} in ${store.where}`)
+      process.stderr.write(`rotated key ${JSON.stringify(name)} in ${store.where}: it works until ${old.expires_at} (grace ${formatDuration(graceMs)}); ` +
+        `its successor ${JSON.stringify(successor)} (${old.kind}, ${old.organization_id}) works now, without a restart.\nThe successor (shown once, not stored):\n`)
+      process.stdout.write(`${key}\n`)
+      return
+    }
+    await store.add({ name, sha256: hash('sha256', key), kind: kind!, organization_id: values.org!, ...expiry })
     if (kind === 'management' && !await store.hasOrganization(values.org!)) {
       process.stderr.write(`warning: no organization ${values.org} in the directory; this key will get 404 on the member listing\n`)
     }
-    process.stderr.write(`recorded ${kind} key ${JSON.stringify(name)} for ${values.org} in ${store.where}; running servers accept it from their next reload, without a restart.\nThe key (shown once, not stored):\n`)
+    process.stderr.write(`recorded ${kind} key ${JSON.stringify(name)} for ${values.org}${expiresAt === undefined ? '' : `, expiring at ${expiresAt}`} in ${store.where}; running servers accept it from their next reload, without a restart.\nThe key (shown once, not stored):\n`)
     process.stdout.write(`${key}\n`)
   } finally {
     await store.close()

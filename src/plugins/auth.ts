@@ -5,6 +5,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { ApiKey } from '../schemas/fixtures.js'
 import type { Snapshots } from '../repositories/lifecycle.js'
 import type { Snapshot } from '../repositories/snapshot.js'
+import { errorBody } from './errors.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -16,6 +17,12 @@ declare module 'fastify' {
 const MissingHeader = createError('AUTH_MISSING_HEADER', 'Missing Authentication header: send Authorization: Bearer <key>', 401)
 const MalformedHeader = createError('AUTH_MALFORMED_HEADER', 'Invalid Authentication header: expected Authorization: Bearer <key>', 401)
 const UnknownKey = createError('AUTH_UNKNOWN_KEY', 'Invalid API key', 401)
+// Tells the holder what they can tell already (the key worked until now): nothing about other keys.
+const ExpiredKey = createError('AUTH_EXPIRED_KEY', 'This API key has expired', 401)
+const STALE_MESSAGE = 'The data served cannot be confirmed current; try again later'
+
+/** The seconds a client waits after a 503 for data not confirmed current: about how long a replica takes to catch up. */
+const STALE_RETRY_AFTER_S = 5
 const NotManagementKey = createError('AUTH_NOT_MANAGEMENT_KEY', 'Only management keys can perform this operation', 403)
 
 // The scheme name is case-insensitive (RFC 9110 section 11.1); the key is what follows the space,
@@ -55,6 +62,10 @@ interface AuthOptions {
   /** The data served: the current snapshot is pinned on each request, before its key is looked up. */
   snapshots: Snapshots
   limitRefusals?: RefusalLimit | undefined
+  /** Now, in ms since the epoch: a key's expiry is compared with it. Tests give their own. */
+  clock?: () => number
+  /** MAX_STALENESS_MS: past this long without the data confirmed current, every keyed request is refused. */
+  maxStalenessMs?: number | undefined
 }
 
 /**
@@ -67,15 +78,20 @@ interface AuthOptions {
  * key, which users need told apart, and it settles every check through a promise, which cost each
  * request a turn of the microtask queue; what remains of it is the few lines below.
  */
-function authenticate (request: FastifyRequest, reply: FastifyReply): ApiKey | Error {
+function authenticate (request: FastifyRequest, reply: FastifyReply, now: number): ApiKey | Error {
   const header = request.headers.authorization
   if (!header) return unauthorized(request, reply, new MissingHeader(), 'Bearer', 'missing authorization header')
   const key = BEARER_SCHEME.test(header) ? header.slice(7).trim() : ''
   // Another scheme, or no key after the scheme: no key was presented.
   if (key === '') return unauthorized(request, reply, new MalformedHeader(), 'Bearer', 'invalid authorization header')
   // One-shot hash(): less than half the cost of createHash() for a string this short.
-  return request.snapshot.findKey(hash('sha256', key)) ??
-    unauthorized(request, reply, new UnknownKey(), 'Bearer error="invalid_token"', 'unknown key')
+  const found = request.snapshot.findKey(hash('sha256', key))
+  if (found === undefined) return unauthorized(request, reply, new UnknownKey(), 'Bearer error="invalid_token"', 'unknown key')
+  // One comparison: a key stops at its instant on every replica, with no change to follow.
+  if (typeof found.expires_at === 'string' && Date.parse(found.expires_at) <= now) {
+    return unauthorized(request, reply, new ExpiredKey(), 'Bearer error="invalid_token", error_description="The key has expired"', 'expired key')
+  }
+  return found
 }
 
 function unauthorized (request: FastifyRequest, reply: FastifyReply, error: Error, challenge: string, reason: string): Error {
@@ -86,7 +102,7 @@ function unauthorized (request: FastifyRequest, reply: FastifyReply, error: Erro
   return error
 }
 
-async function authPlugin (app: FastifyInstance, { snapshots, limitRefusals = refuseAtOnce }: AuthOptions) {
+async function authPlugin (app: FastifyInstance, { snapshots, limitRefusals = refuseAtOnce, clock = Date.now, maxStalenessMs }: AuthOptions) {
   app.decorateRequest('snapshot', null as unknown as Snapshot)
   app.decorateRequest(API_KEY, null)
   // onRequest, before the query is even parsed: an anonymous caller costs us as little as possible.
@@ -94,7 +110,14 @@ async function authPlugin (app: FastifyInstance, { snapshots, limitRefusals = re
   // request, never half of this one (new keys with the old members).
   app.addHook('onRequest', (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
     request.snapshot = snapshots.current()
-    const outcome = authenticate(request, reply)
+    const now = clock()
+    // Fail closed where the operator asked for it: a key revoked meanwhile might be served.
+    // Answered here, not through the error handler: a 503 said on purpose keeps its message, and is not an error to log.
+    if (maxStalenessMs !== undefined && now - snapshots.confirmedAt() > maxStalenessMs) {
+      reply.code(503).header('retry-after', String(STALE_RETRY_AFTER_S)).send(errorBody(503, STALE_MESSAGE))
+      return
+    }
+    const outcome = authenticate(request, reply, now)
     if (outcome instanceof Error) return limitRefusals(request, reply, outcome, done)
     ;(request as AuthenticatedRequest)[API_KEY] = outcome
     done()

@@ -110,9 +110,9 @@ function cpuSinceStart (registry: Registry) {
  * request than its per-route timers, and need no Node.js 22.19). Instruments are always created, so
  * that other plugins can count without asking; with `enabled` false nothing is measured per request.
  */
-async function metricsPlugin (app: FastifyInstance, { enabled, snapshots }: { enabled: boolean, snapshots: Snapshots }) {
+async function metricsPlugin (app: FastifyInstance, { enabled, snapshots, maxStalenessMs }: { enabled: boolean, snapshots: Snapshots, maxStalenessMs?: number | undefined }) {
   const registry = new Registry()
-  snapshotMetrics(registry, snapshots)
+  snapshotMetrics(registry, snapshots, maxStalenessMs)
   const rateLimitRefusals = new Counter({
     name: 'rate_limit_refusals_total',
     help: 'Requests refused with 429, by bucket: key (a valid key over its limit) or address (requests without a valid key)',
@@ -219,7 +219,22 @@ async function metricsPlugin (app: FastifyInstance, { enabled, snapshots }: { en
 }
 
 /** The data served, read from the lifecycle when Prometheus scrapes: nothing to do per request or per change. */
-function snapshotMetrics (registry: Registry, snapshots: Snapshots) {
+function snapshotMetrics (registry: Registry, snapshots: Snapshots, maxStalenessMs: number | undefined) {
+  new Gauge({
+    name: 'directory_data_unconfirmed_seconds',
+    help: 'Seconds since the data served was last confirmed current (the start of the last read of the source that succeeded)',
+    registers: [registry],
+    collect () { this.set(Math.max(0, Date.now() - snapshots.confirmedAt()) / 1000) }
+  })
+  // Only where it is set: the alert compares the two.
+  if (maxStalenessMs !== undefined) {
+    new Gauge({
+      name: 'directory_data_max_staleness_seconds',
+      help: 'MAX_STALENESS_MS in seconds: past it without the data confirmed current, keyed requests are refused (503)',
+      registers: [registry],
+      collect () { this.set(maxStalenessMs / 1000) }
+    })
+  }
   new Gauge({
     name: 'directory_snapshot_info',
     help: 'The snapshot served: its source (files or postgres) and its fingerprint, equal on replicas that serve the same data; always 1',

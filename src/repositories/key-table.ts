@@ -2,6 +2,7 @@ import { getRandomValues } from 'node:crypto'
 import { quoteValue } from '../schemas/describe-error.js'
 import { KEY_KINDS, type ApiKey } from '../schemas/fixtures.js'
 import { IDENTIFIER_MAX } from '../schemas/common.js'
+import { timestampMs, timestampText } from '../schemas/formats.js'
 import { DataError } from './data-error.js'
 
 /** A SHA-256 is 8 words of 32 bits. */
@@ -56,8 +57,18 @@ export function isApiKey (value: unknown): boolean {
     (KEY_KINDS as readonly unknown[]).includes(kind) &&
     // Hex decoding takes capitals too, which the pattern does not.
     typeof sha256 === 'string' && readProbe(sha256) && sha256.toLowerCase() === sha256 &&
-    // Those four and no other field.
-    Object.getOwnPropertyNames(value).length === 4
+    // Those four and no other field, or an expiry besides.
+    (Object.getOwnPropertyNames(value).length === 4 || (Object.hasOwn(value, 'expires_at') && Object.getOwnPropertyNames(value).length === 5 && isExpiry((value as ApiKey).expires_at)))
+}
+
+/** An expiry a key may have: none, or an RFC 3339 timestamp with its time zone. */
+function isExpiry (value: unknown): boolean {
+  return value === null || value === undefined || (typeof value === 'string' && !Number.isNaN(timestampMs(value)))
+}
+
+/** When a key expires, in ms since the epoch; NaN when it never does. */
+export function expiryOf (key: ApiKey): number {
+  return typeof key.expires_at === 'string' ? timestampMs(key.expires_at) : NaN
 }
 
 function nameHash (name: string): number {
@@ -77,8 +88,10 @@ function nameHash (name: string): number {
  * hash may differ from another only in its last digits (placeholders such as lpad(n, 64, '0')).
  * Not seeded: replicas that serve the same keys show the same fingerprint.
  */
-function keyHash (name: number, organization: number, kind: number, sha: Uint32Array, at: number): number {
+function keyHash (name: number, organization: number, kind: number, sha: Uint32Array, at: number, expiry: number): number {
   let a = Math.imul(name ^ kind, 0x01000193)
+  // An expiry (a whole number of ms, two words) where there is one: a key without keeps its hash of before.
+  if (!Number.isNaN(expiry)) a = Math.imul(a ^ (expiry >>> 0) ^ Math.imul(Math.floor(expiry / 2 ** 32), 0x85ebca6b), 0xc2b2ae35)
   a = Math.imul(a ^ organization, 0x5bd1e995)
   let b = name
   for (let i = 0; i < SHA_WORDS; i++) {
@@ -91,7 +104,7 @@ function keyHash (name: number, organization: number, kind: number, sha: Uint32A
 /** The hash of a key as an object; equal to its row's in a table. */
 export function hashOfKey (key: ApiKey): number {
   readProbe(key.sha256)
-  return keyHash(nameHash(key.name), nameHash(key.organization_id), KEY_KINDS.indexOf(key.kind), probe, 0)
+  return keyHash(nameHash(key.name), nameHash(key.organization_id), KEY_KINDS.indexOf(key.kind), probe, 0, expiryOf(key))
 }
 
 /** What LayeredMap needs of its base: a Map is one, and so are a KeyTable's two indexes. */
@@ -129,6 +142,8 @@ export class KeyTable {
     readonly kinds: Uint8Array,
     readonly organizations: Uint32Array,
     readonly organizationIds: readonly string[],
+    /** When each key expires (ms since the epoch), NaN when it never does. */
+    readonly expiries: Float64Array,
     private readonly nameSlots: Int32Array,
     private readonly shaSlots: Int32Array
   ) {
@@ -147,12 +162,16 @@ export class KeyTable {
   }
 
   key (row: number): ApiKey {
-    return {
+    const key: ApiKey = {
       name: this.nameOf(row),
       sha256: this.shaOf(row),
       kind: KEY_KINDS[this.kinds[row]!]!,
       organization_id: this.organizationIds[this.organizations[row]!]!
     }
+    // In UTC, to the millisecond: the instant the row holds.
+    const expiry = this.expiries[row]!
+    if (!Number.isNaN(expiry)) key.expires_at = timestampText(expiry)
+    return key
   }
 
   /** Every key, in row order. */
@@ -234,6 +253,7 @@ export class KeyTableBuilder {
   private kinds: Uint8Array
   private organizations: Uint32Array
   private nameHashes: Uint32Array
+  private expiries: Float64Array
   private readonly organizationIds: string[] = []
   private readonly organizationIndex = new Map<string, number>()
   private readonly organizationHashes: number[] = []
@@ -250,6 +270,7 @@ export class KeyTableBuilder {
     this.kinds = new Uint8Array(capacity)
     this.organizations = new Uint32Array(capacity)
     this.nameHashes = new Uint32Array(capacity)
+    this.expiries = new Float64Array(capacity)
     this.nameSlots = new Int32Array(slotsFor(capacity))
     this.shaSlots = new Int32Array(slotsFor(capacity))
   }
@@ -263,7 +284,7 @@ export class KeyTableBuilder {
     const start = this.nameRoom(row, key.name.length * 3)
     // Well-formed (ApiKeySchema): UTF-8 gives back the same name.
     this.nameEnds[row] = start + this.nameBytes.write(key.name, start, 'utf8')
-    this.fill(row, key.name, nameHash(key.name), KEY_KINDS.indexOf(key.kind), key.organization_id)
+    this.fill(row, key.name, nameHash(key.name), KEY_KINDS.indexOf(key.kind), key.organization_id, expiryOf(key))
   }
 
   /** Adds row `row` of `table` as the next row. */
@@ -275,7 +296,7 @@ export class KeyTableBuilder {
     const start = this.nameRoom(next, length)
     table.nameBytes.copy(this.nameBytes, start, from, from + length)
     this.nameEnds[next] = start + length
-    this.fill(next, undefined, table.nameHashes[row]!, table.kinds[row]!, table.organizationIds[table.organizations[row]!]!)
+    this.fill(next, undefined, table.nameHashes[row]!, table.kinds[row]!, table.organizationIds[table.organizations[row]!]!, table.expiries[row]!)
   }
 
   finish (): KeyTable {
@@ -286,7 +307,7 @@ export class KeyTableBuilder {
     this.nameBytes.copy(nameBytes, 0, 0, nameBytes.length)
     return new KeyTable(size, this.sum, nameBytes, this.nameEnds.slice(0, size), this.nameHashes.slice(0, size),
       this.shas.slice(0, size * SHA_WORDS), this.kinds.slice(0, size),
-      this.organizations.slice(0, size), this.organizationIds, this.nameSlots, this.shaSlots)
+      this.organizations.slice(0, size), this.organizationIds, this.expiries.slice(0, size), this.nameSlots, this.shaSlots)
   }
 
   /** Where row `row`'s name starts, with room for `bytes` bytes after it (the buffer doubled, or more, when short). */
@@ -306,7 +327,7 @@ export class KeyTableBuilder {
   }
 
   /** Row `row`'s columns, its name's bytes written already (`name` is its text when at hand, for messages). */
-  private fill (row: number, name: string | undefined, hash: number, kind: number, organization: string) {
+  private fill (row: number, name: string | undefined, hash: number, kind: number, organization: string, expiry: number) {
     let index = this.organizationIndex.get(organization)
     if (index === undefined) {
       index = this.organizationIds.push(organization) - 1
@@ -335,7 +356,8 @@ export class KeyTableBuilder {
     this.nameHashes[row] = hash
     this.kinds[row] = kind
     this.organizations[row] = index
-    this.sum = (this.sum + keyHash(hash, this.organizationHashes[index]!, kind, this.shas, at)) % 2 ** 52
+    this.expiries[row] = expiry
+    this.sum = (this.sum + keyHash(hash, this.organizationHashes[index]!, kind, this.shas, at, expiry)) % 2 ** 52
     this.size++
   }
 
@@ -352,7 +374,7 @@ export class KeyTableBuilder {
   /** Twice the room: the columns copied, the indexes built again from the rows' hashes. */
   private grow () {
     const capacity = this.kinds.length * 2
-    const widen = <T extends Uint32Array | Uint8Array>(array: T, length: number): T => {
+    const widen = <T extends Uint32Array | Uint8Array | Float64Array>(array: T, length: number): T => {
       const wider = new (array.constructor as new (length: number) => T)(length)
       wider.set(array)
       return wider
@@ -362,6 +384,7 @@ export class KeyTableBuilder {
     this.kinds = widen(this.kinds, capacity)
     this.organizations = widen(this.organizations, capacity)
     this.nameHashes = widen(this.nameHashes, capacity)
+    this.expiries = widen(this.expiries, capacity)
     this.index(slotsFor(capacity))
   }
 

@@ -36,6 +36,8 @@ export interface SnapshotInfo {
 export interface Snapshots {
   /** The snapshot to answer a request from; a request reads it once and keeps it to its last byte. */
   current(): Snapshot
+  /** When the data served was last confirmed current (ms since the epoch): the start of the last read that succeeded. */
+  confirmedAt(): number
   info(): SnapshotInfo
 }
 
@@ -73,8 +75,12 @@ function describe (change: Change): string {
  * changes go in. A change makes a new snapshot that shares everything it did not touch; the
  * snapshot's indexes fold their overlays into new bases off to the side (compaction).
  */
-export function createLifecycle (source: Source) {
+export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEveryMs?: number | undefined } = {}) {
   let current: Snapshot | undefined
+  /** When the last read that succeeded started: the source was as served, or as it then installed, at that instant. */
+  let confirmedAt = 0
+  /** Reads what changed this often whether woken or not, to confirm the data current (MAX_STALENESS_MS). */
+  let confirming: NodeJS.Timeout | undefined
   let version = 0
   /** Where the snapshot served was read, and its horizon: the next read starts there. */
   let position: string | undefined
@@ -123,11 +129,13 @@ export function createLifecycle (source: Source) {
     wanted = undefined
     reading = true
     let retry = 0
+    const started = Date.now()
     try {
       const batch = read === 'list' ? await source.list() : await source.changesSince(position!)
       if (closed) return
       await install(batch)
       failures = 0
+      confirmedAt = started
     } catch (error) {
       if (closed) return
       // Reading failed (the connection, not the data): read it again later, from the same position.
@@ -266,7 +274,9 @@ export function createLifecycle (source: Source) {
   return {
     /** Lists every kind whole; throws (a DataError naming where, record and field) when one is bad. */
     async load () {
+      const started = Date.now()
       const { batch, wholes } = await readWhole(source)
+      confirmedAt = started
       current = await createSnapshot(wholes, ++version)
       position = batch.position
       horizon = batch.horizon
@@ -275,6 +285,10 @@ export function createLifecycle (source: Source) {
     /** Follows the source's changes from the position listed, reporting to `logger`; resolves once the source knows how it follows. */
     async follow (logger: LifecycleLog) {
       log = logger
+      if (confirmEveryMs !== undefined) {
+        confirming = setInterval(() => want('changes'), confirmEveryMs)
+        confirming.unref()
+      }
       await source.watch({
         wake: () => want('changes'),
         behind (entries, oldestAt) { behind = { entries, oldestAt } },
@@ -297,6 +311,7 @@ export function createLifecycle (source: Source) {
       want('list', 0)
     },
     current: snapshot,
+    confirmedAt: () => confirmedAt,
     info (): SnapshotInfo {
       const served = snapshot()
       return {
@@ -316,6 +331,7 @@ export function createLifecycle (source: Source) {
     async close () {
       closed = true
       clearTimeout(timer)
+      clearInterval(confirming)
       await source.close()
     }
   } satisfies Snapshots & Record<string, unknown>
@@ -329,6 +345,8 @@ export async function fixedSnapshots (data: Parameters<typeof createSnapshot>[0]
   const changes = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['changes']
   return {
     current: () => snapshot,
+    // Data that never changes is always current.
+    confirmedAt: () => Date.now(),
     info: () => ({ source: 'none', version: 1, fingerprint: snapshot.fingerprint, installedAt: snapshot.installedAt, records: snapshot.counts(), changes, readFailures: 0, mode: 'none', position: undefined, lag: { entries: 0, seconds: 0 }, following: true })
   }
 }

@@ -1,7 +1,7 @@
 import { hash } from 'node:crypto'
 import type { ApiKey } from '../schemas/fixtures.js'
 import { LayeredMap } from './layered-map.js'
-import { KeyTable, KeyTableBuilder, hashOfKey } from './key-table.js'
+import { KeyTable, KeyTableBuilder, expiryOf, hashOfKey } from './key-table.js'
 import { createSlicer } from './slices.js'
 import { KINDS, RECORD_KINDS, type Held, type Organization, type RecordKind } from './records.js'
 import type { Change, Whole } from './source.js'
@@ -154,7 +154,7 @@ const hash52 = (text: string) => parseInt(hash('sha1', text, 'hex').slice(0, 13)
 
 const keyRules: KeyedRules<ApiKey> = {
   keyOf: (key) => key.name,
-  same: (a, b) => a.sha256 === b.sha256 && a.kind === b.kind && a.organization_id === b.organization_id,
+  same: (a, b) => a.sha256 === b.sha256 && a.kind === b.kind && a.organization_id === b.organization_id && Object.is(expiryOf(a), expiryOf(b)),
   hashOf: hashOfKey
 }
 

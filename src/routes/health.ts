@@ -11,7 +11,7 @@ const ReadySchema = Type.Object({ status: Type.Literal('ready') })
  * authentication: a probe carries no key. A probe every few seconds per replica is not traffic,
  * so their access lines are left out of the log (a failing probe shows in the orchestrator).
  */
-const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
+const healthRoutes: FastifyPluginAsyncTypebox<{ stale: () => boolean }> = async (app, { stale }) => {
   app.get('/health', {
     logLevel: 'warn',
     // Probes, not operations of the API: left out of the OpenAPI document.
@@ -20,11 +20,12 @@ const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get('/ready', {
     logLevel: 'warn',
-    schema: { hide: true, summary: 'Readiness: data loaded and not shutting down', response: { 200: ReadySchema, 503: ErrorSchema } }
+    schema: { hide: true, summary: 'Readiness: data loaded and confirmed current, and not shutting down', response: { 200: ReadySchema, 503: ErrorSchema } }
   }, async (_request, reply) => {
-    // The data is loaded before the server listens, so the only time the process answers but is
-    // not ready is while it closes.
+    // The data is loaded before the server listens: the process answers but is not ready while it
+    // closes, and while its data cannot be confirmed current for longer than its bound.
     if (app.isClosing()) return reply.code(503).send(errorBody(503, 'Shutting down'))
+    if (stale()) return reply.code(503).send(errorBody(503, 'The data served cannot be confirmed current (MAX_STALENESS_MS)'))
     return { status: 'ready' as const }
   })
 }

@@ -57,7 +57,7 @@ export const NotModifiedResponse = Type.Null({
 
 /** 401 on every operation; the example shows one of the three messages. */
 const UnauthorizedResponse = (exampleMessage: string) =>
-  ErrorResponse(401, 'The Authorization header is missing, malformed, or carries an unknown key', exampleMessage)
+  ErrorResponse(401, 'The Authorization header is missing, malformed, or carries an unknown or expired key', exampleMessage)
 
 /** 429 on every operation, with OpenRouter's body; `Retry-After` says in how many seconds to try again. */
 const TooManyRequestsResponse = Type.Unsafe<ErrorBody>({
@@ -70,6 +70,10 @@ const TooManyRequestsResponse = Type.Unsafe<ErrorBody>({
 
 /** 500 on every operation. */
 const InternalErrorResponse = ErrorResponse(500, 'Unexpected server error', 'Internal Server Error')
+
+const StaleDataResponse = ErrorResponse(503, 'The server could not confirm its keys as current for longer than its bound ' +
+  '(MAX_STALENESS_MS, off unless set): it refuses every keyed request until it has caught up. Retry-After gives the seconds to wait.',
+'The data served cannot be confirmed current; try again later')
 
 /** Why any operation may answer 400, whatever its parameters. */
 const MALFORMED_HEADERS = 'a repeated Host or Authorization header, or no Host header in HTTP/1.1'
@@ -91,5 +95,6 @@ export const SharedErrorResponses = {
   413: PayloadTooLargeResponse,
   417: ExpectationFailedResponse,
   429: TooManyRequestsResponse,
-  500: InternalErrorResponse
+  500: InternalErrorResponse,
+  503: StaleDataResponse
 }

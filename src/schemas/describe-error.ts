@@ -1,6 +1,6 @@
 import type { TSchema } from '@sinclair/typebox'
 import { ValueErrorType, type ValueError } from '@sinclair/typebox/errors'
-import { COUNTRY_CODE_FORMAT, WELL_FORMED_FORMAT } from './formats.js'
+import { COUNTRY_CODE_FORMAT, TIMESTAMP_FORMAT, WELL_FORMED_FORMAT } from './formats.js'
 import { truncate } from '../truncate.js'
 import { containsSecret } from '../secrets.js'
 
@@ -145,6 +145,7 @@ function formatMessage (schema: TSchema, value: string): string {
   switch (schema.format) {
     case COUNTRY_CODE_FORMAT: return `${value} is not an ISO 3166-1 alpha-2 code`
     case WELL_FORMED_FORMAT: return `${value} is not well-formed Unicode (a lone surrogate)`
+    case TIMESTAMP_FORMAT: return `${value} is not an RFC 3339 timestamp with a time zone (2026-12-31T23:59:59Z)`
     case 'uri': return `${value} is not an http(s) URL`
     case 'email': return `${value} is not an e-mail address`
     default: return `${value} does not match format ${schema.format}`

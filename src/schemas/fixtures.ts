@@ -1,6 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { MemberSchema } from './member.js'
-import { WELL_FORMED_FORMAT } from './formats.js'
+import { TIMESTAMP_FORMAT, WELL_FORMED_FORMAT } from './formats.js'
 import { IDENTIFIER_MAX, NAME_MAX } from './common.js'
 
 // Shapes of the data files that are not served as-is.
@@ -18,7 +18,9 @@ export const ApiKeySchema = Type.Object({
   name: Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX, format: WELL_FORMED_FORMAT }),
   sha256: Type.String({ pattern: '^[0-9a-f]{64}$', description: 'SHA-256 of the key, lowercase hex; the key itself is never stored' }),
   kind: Type.Union(KEY_KINDS.map((kind) => Type.Literal(kind))),
-  organization_id: Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX })
+  organization_id: Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX }),
+  // From this instant on the key answers 401; absent or null, it never expires.
+  expires_at: Type.Optional(Type.Union([Type.String({ format: TIMESTAMP_FORMAT, description: 'RFC 3339, with a time zone' }), Type.Null()]))
 }, { additionalProperties: false })
 
 export type ApiKey = Static<typeof ApiKeySchema>

@@ -13,7 +13,30 @@ export const COUNTRY_CODE_FORMAT = 'iso-3166-alpha-2'
 /** Text without a lone surrogate (JSON can write one, UTF-8 cannot hold one: key names are held as UTF-8). */
 export const WELL_FORMED_FORMAT = 'well-formed-unicode'
 
+/** An RFC 3339 timestamp with its time zone (`Z` or an offset), a year of four digits, a day the calendar has. */
+export const TIMESTAMP_FORMAT = 'rfc3339-timestamp'
+
+const TIMESTAMP = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-](\d{2}):(\d{2}))$/
+
+/** The instant an RFC 3339 timestamp names, in ms since the epoch, or NaN when it is not one. */
+export function timestampMs (value: string): number {
+  const match = TIMESTAMP.exec(value)
+  if (match === null) return NaN
+  const [, year, month, day, hour, minute, second, , , offsetHours, offsetMinutes] = match.map(Number)
+  // Date.UTC takes 31 February for 3 March: the day must come back as given.
+  const date = new Date(Date.UTC(year!, month! - 1, day!))
+  if (date.getUTCMonth() !== month! - 1 || date.getUTCDate() !== day! || hour! > 23 || minute! > 59 || second! > 60) return NaN
+  if (match[8]!.length > 1 && (offsetHours! > 23 || offsetMinutes! > 59)) return NaN
+  return Date.parse(value.replace(' ', 'T'))
+}
+
+/** An instant as the data holds it: RFC 3339 in UTC, to the millisecond, without `.000` (2026-12-31T23:59:59Z). */
+export function timestampText (ms: number): string {
+  return new Date(ms).toISOString().replace('.000Z', 'Z')
+}
+
 export const ajvFormats: Record<string, (value: string) => boolean> = {
+  [TIMESTAMP_FORMAT]: (value) => !Number.isNaN(timestampMs(value)),
   [COUNTRY_CODE_FORMAT]: (value) => isoAlpha2Codes.has(value),
   [WELL_FORMED_FORMAT]: (value) => value.isWellFormed(),
   uri: (value) => /^https?:\/\/[^\s/?#]+[^\s]*$/.test(value) && URL.canParse(value),

@@ -167,6 +167,9 @@ export function createFileSource (dir: string): Source {
       return await readAt(RECORD_KINDS, [])
     },
     async changesSince (position) {
+      // A folder gone is a source that cannot be read, not files that changed: the data is not confirmed.
+      const folder = await stat(dir).catch(() => undefined)
+      if (folder?.isDirectory() !== true) throw new Error(`the data folder ${dir} is missing`)
       const since = position.split(',')
       // The files at their paths (through `..data` where they link into it) whose signature moved.
       const now = await signatures(dir, RECORD_KINDS)

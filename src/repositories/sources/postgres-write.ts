@@ -62,7 +62,7 @@ export async function replaceDirectory (client: pg.ClientBase, data: DirectoryDa
     await insertRows(client, 'organizations', ['id', 'position', 'name'],
       data.organizations.map(({ id, name }, position) => ({ id, position, name })))
     await insertRows(client, 'members', ['organization_id', 'id', 'position', 'email', 'first_name', 'last_name', 'role'], memberRows(data.organizations))
-    await insertRows(client, 'keys', ['name', 'sha256', 'kind', 'organization_id'], data.keys)
+    await insertRows(client, 'keys', ['name', 'sha256', 'kind', 'organization_id', 'expires_at'], data.keys)
     await client.query('COMMIT')
   } catch (error) {
     await client.query('ROLLBACK').catch(() => {})
@@ -77,8 +77,8 @@ export async function replaceDirectory (client: pg.ClientBase, data: DirectoryDa
 export async function insertKey (client: pg.ClientBase, key: ApiKey) {
   await checkSchema(client)
   try {
-    await client.query('INSERT INTO keys (name, sha256, kind, organization_id) VALUES ($1, $2, $3, $4)',
-      [key.name, key.sha256, key.kind, key.organization_id])
+    await client.query('INSERT INTO keys (name, sha256, kind, organization_id, expires_at) VALUES ($1, $2, $3, $4, $5)',
+      [key.name, key.sha256, key.kind, key.organization_id, key.expires_at ?? null])
   } catch (error) {
     if ((error as { constraint?: string }).constraint === 'keys_pkey') throw new Error(`a key named ${JSON.stringify(key.name)} exists already in table keys`)
     throw error
@@ -96,4 +96,36 @@ export async function deleteKey (client: pg.ClientBase, name: string) {
 export async function organizationExists (client: pg.ClientBase, id: string) {
   const { rowCount } = await client.query('SELECT 1 FROM organizations WHERE id = $1', [id])
   return rowCount === 1
+}
+
+/**
+ * Mints `successor` (of the same kind and organization as the key named `name`) and sets the old
+ * key's expiry to now plus `graceMs`, or keeps the one it has when that is earlier: one transaction.
+ * Answers the old key's expiry, or undefined when there is no key of that name.
+ */
+export async function rotateKey (client: pg.ClientBase, name: string, successor: Pick<ApiKey, 'name' | 'sha256' | 'expires_at'>, graceMs: number): Promise<{ kind: ApiKey['kind'], organization_id: string, expires_at: string } | undefined> {
+  await checkSchema(client)
+  await client.query('BEGIN')
+  try {
+    const { rows: [old] } = await client.query<{ kind: ApiKey['kind'], organization_id: string, expires_at: string }>(
+      `UPDATE keys SET expires_at = least(coalesce(expires_at, 'infinity'), now() + $2 * interval '1 millisecond') WHERE name = $1
+        RETURNING kind, organization_id, to_json(expires_at) #>> '{}' AS expires_at`, [name, graceMs])
+    if (old === undefined) {
+      await client.query('ROLLBACK')
+      return undefined
+    }
+    await insertKey(client, { ...successor, kind: old.kind, organization_id: old.organization_id })
+    await client.query('COMMIT')
+    return old
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {})
+    throw error
+  }
+}
+
+/** Every key as a list shows it: name, kind, organization, expiry (RFC 3339, UTC), in the order of their names; never a hash. */
+export async function listKeys (client: pg.ClientBase): Promise<Array<Omit<ApiKey, 'sha256'>>> {
+  await checkSchema(client)
+  const { rows } = await client.query<Omit<ApiKey, 'sha256'>>(`SELECT name, kind, organization_id, replace(to_json(expires_at AT TIME ZONE 'UTC') #>> '{}' || 'Z', '.000Z', 'Z') AS expires_at FROM keys ORDER BY name COLLATE "C"`)
+  return rows.map(({ expires_at: expiresAt, ...key }) => expiresAt === null ? key : { ...key, expires_at: expiresAt })
 }

@@ -189,7 +189,8 @@ async function * rowsOf (client: pg.ClientBase, query: { text: string, values?: 
  * into a KeyTable as it is read (key-table.ts): never a million objects at once.
  */
 async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'): Promise<Change<'keys'>> {
-  const columns = 'SELECT name, sha256, kind, organization_id FROM keys'
+  // An expiry as RFC 3339 text, in UTC (the transaction's TimeZone), as a file holds it.
+  const columns = "SELECT name, sha256, kind, organization_id, to_json(expires_at) #>> '{}' FROM keys"
   const refused: Refusals = new Map()
   // Sized once for the rows PostgreSQL expects, instead of growing from nothing.
   const table = names === 'all' ? new KeyTableBuilder('table keys', await estimatedKeys(client)) : undefined
@@ -198,8 +199,10 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
   // In no order: a key table has none, and reading the table in its own order spares an index scan.
   const query = names === 'all' ? { text: columns } : { text: `${columns} WHERE name = ANY($1)`, values: [names] }
   for await (const rows of rowsOf(client, query)) {
-    for (const [name, sha256, kind, organization] of rows as string[][]) {
-      const key = { name: name!, sha256: sha256!, kind: kind as ApiKey['kind'], organization_id: organization! }
+    for (const [name, sha256, kind, organization, expiresAt] of rows as Array<Array<string | null>>) {
+      const key: ApiKey = { name: name!, sha256: sha256!, kind: kind as ApiKey['kind'], organization_id: organization! }
+      // In UTC (the transaction's TimeZone): `+00:00` written `Z`, as the files and the key table write it.
+      if (expiresAt !== null && expiresAt !== undefined) key.expires_at = expiresAt.replace(/\+00:00$/, 'Z')
       const problem = recordProblem('keys', key, index++)
       if (problem !== undefined) refused.set(name!, rowMessage(problem, 'keys', `name ${quoteValue(name)}`))
       else if (table !== undefined) table.add(key)
@@ -486,7 +489,7 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
     return await withClient(async (client) => {
       // The timeout for this transaction alone: a transaction pooler refuses it as a startup
       // parameter, and may hand the connection to another client after COMMIT.
-      await client.query(`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = ${STATEMENT_TIMEOUT_MS}`)
+      await client.query(`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = ${STATEMENT_TIMEOUT_MS}; SET LOCAL TimeZone = 'UTC'`)
       const result = await read(client)
       await client.query('COMMIT')
       return result
