@@ -142,6 +142,30 @@ describe('replicas on one PostgreSQL database', () => {
     }
   })
 
+  it('with MAX_STALENESS_MS, refuse keyed requests (503) once the database has been unreachable past the bound, and answer again once it is back', async () => {
+    const replica = await startServer({ DATABASE_URL: url, MAX_STALENESS_MS: '3000', LOG_LEVEL: 'info' })
+    servers.push(replica)
+    await expect.poll(() => replica.output(), { timeout: 5000 }).toContain('staleness 3000 ms, then keyed requests answer 503')
+    expect(await status(replica, '/v1/providers', KEYS.alphaStandard)).toBe(200)
+    await database.stop()
+    const stopped = performance.now()
+    try {
+      await expect.poll(() => status(replica, '/v1/providers', KEYS.alphaStandard), { timeout: 10_000, interval: 50 }).toBe(503)
+      // The bound, plus at most the second between two reads that confirm the data (a third of the bound).
+      expect(performance.now() - stopped).toBeLessThan(3000 + 1000 + 500)
+      const res = await fetch(`${replica.url}/v1/providers`, { headers: { authorization: `Bearer ${KEYS.alphaStandard}` } })
+      expect(res.headers.get('retry-after')).toBe('5')
+      expect(await res.json()).toEqual({ error: { code: 503, message: 'The data served cannot be confirmed current; try again later' } })
+      expect((await fetch(`${replica.url}/ready`)).status).toBe(503)
+      expect((await fetch(`${replica.url}/health`)).status).toBe(200)
+      expect((await fetch(`${replica.url}/metrics`)).status).toBe(200)
+    } finally {
+      await database.start()
+    }
+    await expect.poll(() => status(replica, '/v1/providers', KEYS.alphaStandard), { timeout: 15_000, interval: 100 }).toBe(200)
+    expect((await fetch(`${replica.url}/ready`)).status).toBe(200)
+  }, 40_000)
+
   it('answer every request of a reload storm, each from exactly one snapshot', async () => {
     // A database of its own: the storm replaces everything in it ten times a second.
     const stormUrl = await database.createDatabase()

@@ -115,7 +115,7 @@ describe('loading from PostgreSQL', () => {
   it('refuses to start on a database without the schema', async () => {
     const empty = createLifecycle(createPostgresSource({ url: await server.createDatabase(), connectTimeoutMs: 0 }))
     lifecycles.push(empty)
-    await expect(empty.load()).rejects.toThrow('the database schema is at version none, this build needs 5: run npm run db -- migrate')
+    await expect(empty.load()).rejects.toThrow('the database schema is at version none, this build needs 6: run npm run db -- migrate')
   })
 })
 
@@ -146,7 +146,7 @@ describe('a database at schema version 3, migrated in place', () => {
       }
       await client.query('INSERT INTO keys SELECT * FROM json_populate_recordset(NULL::keys, $1)', [JSON.stringify(data.keys)])
 
-      expect(await migrate(client)).toEqual([4, 5])
+      expect(await migrate(client)).toEqual([4, 5, 6])
       const source = createPostgresSource({ url: legacy, connectTimeoutMs: 0 })
       const read = await readAll(source).finally(() => source.close())
       const byName = (keys: DirectoryData['keys']) => [...keys].sort((a, b) => a.name < b.name ? -1 : 1)

@@ -1,0 +1,138 @@
+import { execFile } from 'node:child_process'
+import { cp, mkdtemp, readFile, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import pg from 'pg'
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { loadFixtures } from '../../src/repositories/sources/files.js'
+import { migrate } from '../../src/repositories/sources/postgres-schema.js'
+import { replaceDirectory } from '../../src/repositories/sources/postgres-write.js'
+import type { ApiKey } from '../../src/schemas/fixtures.js'
+import { BUNDLED_MANAGEMENT_KEY } from '../process.js'
+import { bearer, build, sha256 } from '../helper.js'
+import { startPostgres, type PostgresServer } from '../postgres.js'
+
+const run = promisify(execFile)
+const HOUR = 3_600_000
+
+/** npm run key with these arguments, in a store: a folder (--fixtures-dir) or a database (DATABASE_URL). */
+type Store = { args: string[], env: Record<string, string>, keys: () => Promise<ApiKey[]> }
+const key = (store: Store, ...args: string[]) => run(process.execPath, ['dist/cli/mint-key.js', ...args, ...store.args], { env: { PATH: process.env.PATH ?? '', ...store.env } })
+
+let server: PostgresServer
+beforeAll(async () => { server = await startPostgres() })
+afterAll(() => server?.close())
+
+let dir: string
+let client: pg.Client | undefined
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'key-lifetimes-'))
+  await cp('fixtures', dir, { recursive: true })
+})
+afterEach(async () => {
+  await client?.end()
+  client = undefined
+  await rm(dir, { recursive: true, force: true })
+})
+
+const stores: Array<[string, () => Promise<Store>]> = [
+  ['a folder', async () => ({ args: ['--fixtures-dir', dir], env: {}, keys: async () => JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8')) })],
+  ['PostgreSQL', async () => {
+    const url = await server.createDatabase()
+    client = new pg.Client({ connectionString: url })
+    await client.connect()
+    await migrate(client)
+    await replaceDirectory(client, await loadFixtures('fixtures'))
+    const db = client
+    return {
+      args: [],
+      env: { DATABASE_URL: url },
+      keys: async () => (await db.query("SELECT name, sha256, kind, organization_id, to_json(expires_at AT TIME ZONE 'UTC') #>> '{}' AS expires_at FROM keys ORDER BY name")).rows
+        .map(({ expires_at: at, ...row }) => at === null ? row : { ...row, expires_at: `${String(at).replace(/\.000$/, '')}Z` })
+    }
+  }]
+]
+
+describe.each(stores)('npm run key in %s', (_store, open) => {
+  it('mints a key that expires (--expires-in), lists it, and the server stops it at that instant', async () => {
+    const store = await open()
+    const before = Date.now()
+    const { stdout, stderr } = await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'ci-short', '--expires-in', '12h')
+    const secret = stdout.trim()
+    const minted = (await store.keys()).find((record) => record.name === 'ci-short')!
+    const expiry = Date.parse(minted.expires_at!)
+    expect(expiry).toBeGreaterThanOrEqual(before + 12 * HOUR - 1000)
+    expect(expiry).toBeLessThanOrEqual(Date.now() + 12 * HOUR + 1000)
+    expect(stderr).toContain(`expiring at ${minted.expires_at}`)
+    // Served from the store's own data, the clock moved rather than waited for.
+    let now = expiry - 1
+    const app = build({ data: { ...await loadFixtures('fixtures'), keys: await store.keys() }, clock: () => now })
+    expect((await app.inject({ url: '/v1/providers', headers: bearer(secret) })).statusCode).toBe(200)
+    now = expiry
+    expect((await app.inject({ url: '/v1/providers', headers: bearer(secret) })).statusCode).toBe(401)
+  })
+
+  it('rotates a key with a grace: the successor works at once, the old key until the grace ends', async () => {
+    const store = await open()
+    const old = (await store.keys()).find((record) => record.kind === 'management')!
+    const before = Date.now()
+    const { stdout, stderr } = await key(store, 'rotate', '--name', old.name, '--grace', '15m', '--new-name', 'rotated')
+    const secret = stdout.trim()
+    expect(secret).toMatch(/^sk-or-v1-[0-9a-f]{64}$/)
+    const keys = await store.keys()
+    const ended = keys.find((record) => record.name === old.name)!
+    expect(keys.find((record) => record.name === 'rotated')).toEqual({ name: 'rotated', sha256: sha256(secret), kind: 'management', organization_id: old.organization_id })
+    const end = Date.parse(ended.expires_at!)
+    expect(end).toBeGreaterThanOrEqual(before + 15 * 60_000 - 1000)
+    expect(end).toBeLessThanOrEqual(Date.now() + 15 * 60_000 + 1000)
+    expect(stderr).toContain('rotated key')
+    let now = end - 1
+    const app = build({ data: { ...await loadFixtures('fixtures'), keys }, clock: () => now })
+    const members = (presented: string) => app.inject({ url: '/v1/organization/members', headers: bearer(presented) }).then((res) => res.statusCode)
+    expect(old.sha256).toBe(sha256(BUNDLED_MANAGEMENT_KEY))
+    expect([await members(BUNDLED_MANAGEMENT_KEY), await members(secret)]).toEqual([200, 200])
+    now = end
+    expect([await members(BUNDLED_MANAGEMENT_KEY), await members(secret)]).toEqual([401, 200])
+  })
+
+  it('keeps the earlier expiry when a key already expiring is rotated, and ends it at once with --grace 0', async () => {
+    const store = await open()
+    await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'soon', '--expires-at', '2020-01-01T00:00:00Z')
+    await key(store, 'rotate', '--name', 'soon', '--grace', '1h')
+    expect((await store.keys()).find((record) => record.name === 'soon')!.expires_at).toBe('2020-01-01T00:00:00Z')
+    await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'now', '--expires-in', '90d')
+    const before = Date.now()
+    await key(store, 'rotate', '--name', 'now', '--grace', '0')
+    const end = Date.parse((await store.keys()).find((record) => record.name === 'now')!.expires_at!)
+    expect(end).toBeGreaterThanOrEqual(before - 1000)
+    expect(end).toBeLessThanOrEqual(Date.now() + 1000)
+    // Named after the old key and the time.
+    expect((await store.keys()).filter((record) => record.name.startsWith('now-'))).toHaveLength(1)
+  })
+
+  it('lists names, kinds, organizations and expiries, the expired marked, never a hash', async () => {
+    const store = await open()
+    await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'gone', '--expires-at', '2020-01-01T00:00:00Z')
+    await key(store, '--kind', 'management', '--org', 'org_2vQmAcme0001', '--name', 'later', '--expires-at', '2999-01-01T00:00:00Z')
+    const { stdout } = await key(store, 'list')
+    const lines = stdout.trimEnd().split('\n')
+    expect(lines[0]).toMatch(/^NAME +KIND +ORGANIZATION +EXPIRES$/)
+    expect(lines.find((line) => line.startsWith('gone '))).toMatch(/^gone +standard +org_2vQmAcme0001 +2020-01-01T00:00:00Z \(expired\)$/)
+    expect(lines.find((line) => line.startsWith('later '))).toMatch(/^later +management +org_2vQmAcme0001 +2999-01-01T00:00:00Z$/)
+    expect(lines.filter((line) => line.endsWith(' never')).length).toBeGreaterThan(0)
+    for (const record of await store.keys()) expect(stdout).not.toContain(record.sha256)
+  })
+
+  it('refuses an expiry that is not a duration or an RFC 3339 timestamp with a time zone, in one line', async () => {
+    const store = await open()
+    for (const [args, message] of [
+      [['--expires-in', '1 week'], '--expires-in "1 week" is not a duration such as 30s, 15m, 12h or 90d'],
+      [['--expires-at', '2026-12-31T23:59:59'], '--expires-at "2026-12-31T23:59:59" is not an RFC 3339 timestamp with a time zone (2026-12-31T23:59:59Z)'],
+      [['--expires-at', '10000-01-01T00:00:00Z'], '--expires-at "10000-01-01T00:00:00Z" is not an RFC 3339 timestamp with a time zone (2026-12-31T23:59:59Z)']
+    ] as const) {
+      const error = await key(store, '--kind', 'standard', '--org', 'o', '--name', 'x', ...args).catch((failure: { code: number, stderr: string }) => failure)
+      expect(error).toMatchObject({ code: 2, stderr: `${message}; see npm run key -- --help\n` })
+    }
+  })
+})
