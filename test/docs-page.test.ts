@@ -124,7 +124,7 @@ describe('the reference page at /docs, in a real browser', () => {
     const members = page.locator('#operations-Organization-listOrganizationMembers')
     await members.locator('.parameters').waitFor()
     expect(await members.locator('.parameter__name').allTextContents()).toEqual(['offset', 'limit'])
-    expect(await members.locator('.responses-table tbody .response-col_status').allTextContents()).toEqual(['200', '304', '400', '401', '403', '404', '413', '417', '429', '500'])
+    expect(await members.locator('.responses-table tbody .response-col_status').allTextContents()).toEqual(['200', '304', '400', '401', '403', '404', '413', '417', '429', '500', '503'])
 
     // "Try it out" with a key: the call is allowed by connect-src and answers.
     await page.locator('.authorize').click()

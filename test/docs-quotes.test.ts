@@ -223,7 +223,7 @@ describe('the lines a server on files writes, as the docs quote them', () => {
     servers.push(server)
     const { msg } = JSON.parse(await logLine(server, 'using ')) as { msg: string }
     const quote = msg.replace(folder, '/app/fixtures')
-    expect(quote).toBe('using files in /app/fixtures; rate limits in memory; CORS origins: none; trusted proxies: none')
+    expect(quote).toBe('using files in /app/fixtures; rate limits in memory; CORS origins: none; trusted proxies: none; staleness unbounded (the last data serves however old)')
     await expectQuoted('docs/configuration.md', quote)
   })
 
@@ -292,7 +292,7 @@ describe('the lines a server on PostgreSQL writes, as the docs quote them', () =
     servers.push(server)
     const { msg } = JSON.parse(await logLine(server, 'using ')) as { msg: string }
     const start = msg.replace(url, DOC_URL)
-    expect(start).toBe(`using PostgreSQL at ${DOC_URL}; rate limits in Redis at redis://127.0.0.1:6380; CORS origins: none; trusted proxies: none`)
+    expect(start).toBe(`using PostgreSQL at ${DOC_URL}; rate limits in Redis at redis://127.0.0.1:6380; CORS origins: none; trusted proxies: none; staleness unbounded (the last data serves however old)`)
     await expectQuoted('README.md', `${start.slice(0, start.indexOf('CORS'))}...`)
 
     const client = new pg.Client({ connectionString: url })

@@ -80,9 +80,9 @@ describe('the OpenAPI document', () => {
   it('documents 200 and each error status, errors with the shared Error schema, every response with a description and an example', () => {
     const statuses = Object.fromEntries(operations.map(({ operation }) => [operation.operationId, Object.keys(operation.responses)]))
     expect(statuses).toEqual({
-      listProviders: ['200', '304', '400', '401', '413', '417', '429', '500'],
-      listEndpointsZdr: ['200', '304', '400', '401', '413', '417', '429', '500'],
-      listOrganizationMembers: ['200', '304', '400', '401', '403', '404', '413', '417', '429', '500']
+      listProviders: ['200', '304', '400', '401', '413', '417', '429', '500', '503'],
+      listEndpointsZdr: ['200', '304', '400', '401', '413', '417', '429', '500', '503'],
+      listOrganizationMembers: ['200', '304', '400', '401', '403', '404', '413', '417', '429', '500', '503']
     })
     for (const { operation } of operations) {
       for (const [status, response] of Object.entries(operation.responses)) {
@@ -138,7 +138,7 @@ describe('the OpenAPI document', () => {
         checked++
       }
     }
-    expect(checked).toBe(27)
+    expect(checked).toBe(30)
   })
 })
 
@@ -152,6 +152,9 @@ describe('every documented response, provoked', () => {
 
   // One request a minute per key and per address: the second of a provocation is refused.
   const limited = snapshotsOf(data)
+  // Data last confirmed current an hour ago, past MAX_STALENESS_MS.
+  const stale = snapshotsOf(data)
+  stale.confirmed(Date.now() - 3_600_000)
   // A body of more than BODY_LIMIT_BYTES.
   const tooLarge = 'x'.repeat(2048)
   const provocations: Record<string, Record<string, { key?: string, query?: string, ifNoneMatch?: string, headers?: Record<string, string[]>, payload?: string, snapshots?: ReturnType<typeof snapshotsOf> }>> = {
@@ -163,7 +166,8 @@ describe('every documented response, provoked', () => {
       413: { key: KEYS.alphaStandard, payload: tooLarge },
       417: { key: KEYS.alphaStandard, headers: { expect: ['200-ok'] } },
       429: { key: KEYS.alphaStandard, snapshots: limited },
-      500: { key: KEYS.alphaStandard, snapshots: failing }
+      500: { key: KEYS.alphaStandard, snapshots: failing },
+      503: { key: KEYS.alphaStandard, snapshots: stale }
     },
     listEndpointsZdr: {
       200: { key: KEYS.alphaStandard },
@@ -173,7 +177,8 @@ describe('every documented response, provoked', () => {
       413: { payload: tooLarge },
       417: { headers: { expect: ['200-ok'] } },
       429: { key: 'sk-or-v1-unknown', snapshots: limited },
-      500: { key: KEYS.alphaStandard, snapshots: failing }
+      500: { key: KEYS.alphaStandard, snapshots: failing },
+      503: { key: KEYS.alphaStandard, snapshots: stale }
     },
     listOrganizationMembers: {
       200: { key: KEYS.alphaManagement, query: '?offset=10&limit=20' },
@@ -185,7 +190,8 @@ describe('every documented response, provoked', () => {
       413: { key: KEYS.alphaManagement, payload: tooLarge },
       417: { key: KEYS.alphaManagement, headers: { expect: ['200-ok'] } },
       429: { key: KEYS.alphaManagement, query: '?limit=5', snapshots: limited },
-      500: { key: KEYS.alphaManagement, snapshots: failing }
+      500: { key: KEYS.alphaManagement, snapshots: failing },
+      503: { key: KEYS.alphaManagement, snapshots: stale }
     }
   }
 
@@ -194,6 +200,7 @@ describe('every documented response, provoked', () => {
     apps.set(undefined, build({ data }))
     apps.set(failing, build({ snapshots: failing }))
     apps.set(limited, build({ snapshots: limited, settings: { RATE_LIMIT_PER_MINUTE: 1, RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1 } }))
+    apps.set(stale, build({ snapshots: stale, settings: { MAX_STALENESS_MS: 60_000 } }))
   })
 
   const cases = operations.flatMap(({ path, operation }) =>

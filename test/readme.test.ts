@@ -118,7 +118,7 @@ describe('the documentation', () => {
     const text = await readFile('docs/configuration.md', 'utf8')
     const rows = new Map([...text.matchAll(/^\| `([A-Z_]+)` \| ([^|]+) \|/gm)].map(([, name, value]) => [name!, value!.trim()]))
     const defaults = loadConfig({}) as unknown as Record<string, unknown>
-    const settings = Object.keys(loadConfig({ DATABASE_URL: 'postgresql://h/d', REDIS_URL: 'redis://h', TRUST_PROXY: '1' }))
+    const settings = Object.keys(loadConfig({ DATABASE_URL: 'postgresql://h/d', REDIS_URL: 'redis://h', TRUST_PROXY: '1', MAX_STALENESS_MS: '1000' }))
     expect([...rows.keys()].sort()).toEqual(settings.sort())
     for (const [name, value] of rows) {
       const literal = /^`(.*)`$/.exec(value)?.[1]

@@ -53,12 +53,21 @@ describe('the start lines', () => {
     const { lines } = await startLines()
     expect(lines.filter((line) => String(line.msg).startsWith('using '))).toEqual([expect.objectContaining({
       level: 30,
-      msg: `using files in ${BUNDLED_FIXTURES_DIR}; rate limits in memory; CORS origins: none; trusted proxies: none`,
+      msg: `using files in ${BUNDLED_FIXTURES_DIR}; rate limits in memory; CORS origins: none; trusted proxies: none; staleness unbounded (the last data serves however old)`,
       data: `files in ${BUNDLED_FIXTURES_DIR}`,
       rate_limits: 'in memory',
       cors_origins: [],
-      trusted_proxies: 'none'
+      trusted_proxies: 'none',
+      max_staleness_ms: null
     })])
+  })
+
+  it('name the bound on stale data when MAX_STALENESS_MS is set', async () => {
+    const { lines } = await startLines({ MAX_STALENESS_MS: '30000' })
+    expect(lines.find((line) => String(line.msg).startsWith('using '))).toMatchObject({
+      msg: expect.stringMatching(/; staleness 30000 ms, then keyed requests answer 503$/),
+      max_staleness_ms: 30000
+    })
   })
 
   describe('with Redis, CORS origins and proxies set', () => {
@@ -77,7 +86,7 @@ describe('the start lines', () => {
       })
       expect(lines.find((line) => String(line.msg).startsWith('using '))).toMatchObject({
         msg: `using files in ${BUNDLED_FIXTURES_DIR}; rate limits in Redis at ${redis.url}; ` +
-          'CORS origins: https://dash.example, https://admin.example:8443; trusted proxies: 10.0.0.0/8, 127.0.0.1',
+          'CORS origins: https://dash.example, https://admin.example:8443; trusted proxies: 10.0.0.0/8, 127.0.0.1; staleness unbounded (the last data serves however old)',
         rate_limits: `in Redis at ${redis.url}`,
         cors_origins: ['https://dash.example', 'https://admin.example:8443'],
         trusted_proxies: '10.0.0.0/8, 127.0.0.1'
@@ -90,7 +99,7 @@ describe('the start lines', () => {
     it('say rate limits are off when both limits are 0, whatever REDIS_URL says', async () => {
       const { lines } = await startLines({ REDIS_URL: redis.url, RATE_LIMIT_PER_MINUTE: '0', RATE_LIMIT_ANONYMOUS_PER_MINUTE: '0', TRUST_PROXY: '2' })
       expect(lines.find((line) => String(line.msg).startsWith('using '))?.msg)
-        .toBe(`using files in ${BUNDLED_FIXTURES_DIR}; rate limits off; CORS origins: none; trusted proxies: 2 hops`)
+        .toBe(`using files in ${BUNDLED_FIXTURES_DIR}; rate limits off; CORS origins: none; trusted proxies: 2 hops; staleness unbounded (the last data serves however old)`)
     })
   })
 })

@@ -11,7 +11,7 @@ const command = (file: string, ...args: string[]) =>
     (error: { code: number, stdout: string, stderr: string }) => ({ code: error.code, stdout: error.stdout, stderr: error.stderr }))
 
 const COMMANDS = [
-  { name: 'key', file: 'mint-key.js', usage: 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--fixtures-dir <dir>]' },
+  { name: 'key', file: 'mint-key.js', usage: 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--expires-in <duration> | --expires-at <time>] [--fixtures-dir <dir>]' },
   { name: 'check', file: 'check.js', usage: 'usage: npm run check -- [--fixtures-dir <dir>]' },
   { name: 'db', file: 'db.js', usage: 'usage: npm run db -- migrate' },
   { name: 'openapi', file: 'write-openapi.js', usage: 'usage: npm run openapi' }
@@ -60,7 +60,7 @@ describe('a command line a command does not understand', () => {
     ['check.js', ['--fixtures-dir'], "option '--fixtures-dir <value>' argument missing; see npm run check -- --help\n"],
     ['check.js', ['fixtures'], "unexpected argument 'fixtures'; see npm run check -- --help\n"],
     ['write-openapi.js', ['now'], "unexpected argument 'now'; see npm run openapi -- --help\n"],
-    ['db.js', ['dump'], 'usage: npm run db -- migrate | import --fixtures-dir <dir> | export --fixtures-dir <dir>; see npm run db -- --help\n'],
+    ['db.js', ['dump'], 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --fixtures-dir <dir> | export --fixtures-dir <dir>; see npm run db -- --help\n'],
     ['mint-key.js', ['-x'], "unknown option '-x'; see npm run key -- --help\n"]
   ])('%s %j: one line saying what is wrong, exit 2', async (file, args, line) => {
     const { code, stdout, stderr } = await command(file, ...args)

@@ -125,8 +125,10 @@ describe('npm run db with a role that lacks the rights', () => {
 describe('npm run db -- import and export', () => {
   beforeEach(async () => { await db(url, 'migrate') })
 
-  it('round-trips a folder: the export equals the files imported, order and absent fields included', async () => {
-    const data = makeData()
+  it('round-trips a folder: the export equals the files imported, order, absent fields and expiries included', async () => {
+    const base = makeData()
+    // Expiries in UTC, as the export writes them (an offset comes out as the same instant in UTC).
+    const data = { ...base, keys: base.keys.map((key, index) => index === 1 ? { ...key, expires_at: '2030-06-01T12:30:00Z' } : index === 2 ? { ...key, expires_at: '2030-06-01T12:30:00.250Z' } : key) }
     await writeData(dir, data)
     expect((await db(url, 'import', '--fixtures-dir', dir)).stderr).toContain('imported 3 providers, 2 endpoints, 2 organizations with 253 members, 4 keys')
     const out = join(dir, 'out')

@@ -129,7 +129,8 @@ describe('against a real Prometheus scraping a real server, with the rules loade
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'prometheus-'))
-    server = await startServer()
+    // With a bound on stale data: the metric its alert compares with is exported only then.
+    server = await startServer({ MAX_STALENESS_MS: '600000' })
     // Traffic of every kind the panels show: answers, a 401, a 404, a member page.
     const headers = { authorization: `Bearer ${BUNDLED_MANAGEMENT_KEY}` }
     for (const path of ['/v1/providers', '/v1/endpoints/zdr', '/v1/organization/members?limit=10', '/v1/nothing', '/']) await fetch(`${server.url}${path}`, { headers })
