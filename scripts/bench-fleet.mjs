@@ -4,7 +4,7 @@
 // woken by notifications (notify) or polling every second (poll, as behind PgBouncer or on a standby).
 // A replica's own snapshot is not built: what is measured is the database's side. Each replica starts
 // from the position a list would record (the snapshot of a transaction), not from a list of its own.
-// It prints, for each mode: the connections held idle, the transactions a second idle, the rows read by
+// It prints, for each mode: the connections held idle, the statements a second idle (BEGIN and COMMIT count), the rows read by
 // all replicas for one revocation, and the rows read when every replica's connections are cut while 5
 // keys are revoked, then come back (with how long the last took to catch up).
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -19,7 +19,8 @@ const IDLE_SECONDS = 10
 const { createPostgresSource } = await import('../dist/repositories/sources/postgres.js')
 const { migrate } = await import('../dist/repositories/sources/postgres-schema.js')
 
-const server = await startPostgres({ max_connections: REPLICAS * 2 + 20 })
+// pg_stat_statements counts the statements the replicas run, as they end (pg_stat_database's counts lag by seconds).
+const server = await startPostgres({ max_connections: REPLICAS * 2 + 20, shared_preload_libraries: 'pg_stat_statements' })
 const url = server.url
 const admin = new pg.Client({ connectionString: url })
 await admin.connect()
@@ -27,6 +28,7 @@ const sql = (text, values) => admin.query(text, values)
 
 try {
   await migrate(admin)
+  await sql('CREATE EXTENSION pg_stat_statements')
   await sql(`INSERT INTO organizations (id, position, name) SELECT 'org_' || o, o, 'Organization ' || o FROM generate_series(0, ${ORGANIZATIONS - 1}) AS o`)
   await sql(`INSERT INTO members (organization_id, id, position, email, role)
     SELECT 'org_' || o, 'user_' || m, m, 'u' || m || '@org' || o || '.example', 'org:member' FROM generate_series(0, ${ORGANIZATIONS - 1}) AS o, generate_series(0, 9) AS m`)
@@ -34,8 +36,10 @@ try {
   await sql('ANALYZE')
   console.log(`PostgreSQL ${server.url}: ${KEYS} keys, ${ORGANIZATIONS} organizations of 10, ${REPLICAS} replicas`)
 
-  const connections = async () => Number((await sql("SELECT count(*) AS n FROM pg_stat_activity WHERE application_name LIKE 'model-gateway-directory%'")).rows[0].n)
-  const commits = async () => Number((await sql('SELECT sum(xact_commit) AS n FROM pg_stat_database')).rows[0].n)
+  // Where it polls, a replica holds its reads' connection alone (here the listening one stands idle beside it).
+  const connections = async (mode) => Number((await sql(`SELECT count(*) AS n FROM pg_stat_activity WHERE application_name ${mode === 'poll' ? "= 'model-gateway-directory (reads)'" : "LIKE 'model-gateway-directory%'"}`)).rows[0].n)
+  // Every statement but the bench's own (which all name a pg_stat_ view).
+  const statements = async () => Number((await sql("SELECT coalesce(sum(calls), 0) AS n FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_%'")).rows[0].n)
   let revoked = 0
 
   for (const mode of ['notify', 'poll']) {
@@ -43,8 +47,10 @@ try {
     const replicas = Array.from({ length: REPLICAS }, () => {
       // pollIntervalMs 1000 in both: in notify mode it polls only while its listening connection is away.
       const source = createPostgresSource({ url, connectTimeoutMs: 10_000, pollIntervalMs: 1000 })
-      const replica = { source, position, rows: 0, entries: 0, reading: false, again: false, caughtUp: 0 }
+      const replica = { source, position, rows: 0, entries: 0, reading: false, again: false, caughtUp: 0, closed: false, wakes: 0, reads: 0 }
       replica.read = async () => {
+        if (replica.closed) return
+        replica.reads++
         if (replica.reading) { replica.again = true; return }
         replica.reading = true
         try {
@@ -55,7 +61,8 @@ try {
             replica.position = batch.position
             replica.caughtUp = performance.now()
           } while (replica.again)
-        } catch {
+        } catch (error) {
+          if (process.env.FLEET_DEBUG) console.error(error.message)
           setTimeout(() => void replica.read(), 200)
         } finally {
           replica.reading = false
@@ -65,7 +72,7 @@ try {
     })
     // Poll mode as a pooler or a standby makes it: no notification ever arrives.
     await Promise.all(replicas.map((replica) => replica.source.watch({
-      wake: () => { if (mode === 'notify' || replica.source.mode === 'poll') void replica.read() },
+      wake: () => { replica.wakes++; if (mode === 'notify' || replica.source.mode === 'poll') void replica.read() },
       following () {},
       mode () {},
       behind (entries) { replica.entries += entries }
@@ -76,11 +83,14 @@ try {
         if (replica.source.mode === 'notify') replica.poll = setInterval(() => void replica.read(), 1000)
       }
     }
-    await sleep(2000)
-    const idleConnections = await connections()
-    const before = await commits()
+    // The start's probes (a NOTIFY each, which wakes every other replica) settle first.
+    await sleep(5000)
+    const idleConnections = await connections(mode)
+    const before = await statements()
+    const wakesBefore = replicas.reduce((sum, replica) => sum + replica.wakes, 0)
     await sleep(IDLE_SECONDS * 1000)
-    const perSecond = ((await commits()) - before - 1) / IDLE_SECONDS
+    const perSecond = ((await statements()) - before) / IDLE_SECONDS
+    if (process.env.FLEET_DEBUG) console.error(`wakes idle: ${replicas.reduce((sum, replica) => sum + replica.wakes, 0) - wakesBefore}, modes: ${[...new Set(replicas.map((replica) => replica.source.mode))]}`)
 
     // Rows of the tables, and entries of the log, read by every replica together.
     const rowsNow = () => [replicas.reduce((sum, replica) => sum + replica.rows, 0), replicas.reduce((sum, replica) => sum + replica.entries, 0)]
@@ -100,10 +110,13 @@ try {
     const reconnect = minus(rowsNow(), from)
     const catchUp = performance.now() - at
 
-    console.log(`${mode}: ${idleConnections} connections idle, ${perSecond.toFixed(1)} transactions a second idle, ` +
+    console.log(`${mode}: ${idleConnections} connections idle, ${perSecond.toFixed(1)} statements a second idle, ` +
       `${oneRevocation} read for one revocation (all replicas), ${reconnect} read after every replica's connections were cut and 5 keys revoked, ` +
       `the last caught up in ${catchUp.toFixed(0)} ms`)
-    for (const replica of replicas) clearInterval(replica.poll)
+    for (const replica of replicas) {
+      clearInterval(replica.poll)
+      replica.closed = true
+    }
     await Promise.all(replicas.map((replica) => replica.source.close()))
   }
 } finally {
