@@ -1,7 +1,7 @@
 import { fileURLToPath } from 'node:url'
 import { Type, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import { describeErrors } from './schemas/describe-error.js'
+import { closest, describeErrors } from './schemas/describe-error.js'
 
 /** The data set shipped with the service, used when FIXTURES_DIR is not set. */
 export const BUNDLED_FIXTURES_DIR = fileURLToPath(new URL('../fixtures', import.meta.url))
@@ -10,12 +10,12 @@ const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'
 
 const ConfigSchema = Type.Object({
   // A host name or an IPv4/IPv6 address: whatever else is a typo.
-  HOST: Type.String({ default: '127.0.0.1', pattern: '^[A-Za-z0-9.:-]+$' }),
+  HOST: Type.String({ default: '127.0.0.1', pattern: '^[A-Za-z0-9.:-]+$', expected: 'a host name or an IP address, such as 0.0.0.0 or ::' }),
   PORT: Type.Integer({ default: 3000, minimum: 0, maximum: 65535 }),
   LOG_LEVEL: Type.Union(LOG_LEVELS.map((level) => Type.Literal(level)), { default: 'info' }),
   FIXTURES_DIR: Type.String({ default: BUNDLED_FIXTURES_DIR, minLength: 1 }),
   // When set, the data is in PostgreSQL, and FIXTURES_DIR is not read.
-  DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'postgresql://user:password@host:port/database' })),
+  DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'postgresql://user:password@host:port/database', expected: 'a PostgreSQL URL, such as postgresql://user:password@db.example:5432/directory' })),
   DATABASE_CONNECT_TIMEOUT_MS: Type.Integer({ default: 30000, minimum: 0, description: 'How long an unreachable database is retried at start' }),
   // Where notifications cannot arrive (a hot standby, a transaction pooler): a read of the change
   // log this often, one small query when nothing changed.
@@ -29,12 +29,12 @@ const ConfigSchema = Type.Object({
   // meets them, low enough to stop a runaway loop from starving the other clients.
   RATE_LIMIT_PER_MINUTE: Type.Integer({ default: 6000, minimum: 0, description: 'Requests a minute per key' }),
   RATE_LIMIT_ANONYMOUS_PER_MINUTE: Type.Integer({ default: 600, minimum: 0, description: 'Requests without a valid key a minute per client address' }),
-  REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://', description: 'Shares the rate-limit counters between replicas' })),
+  REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://', description: 'Shares the rate-limit counters between replicas', expected: 'a Redis URL, such as redis://:password@cache.example:6379' })),
   // Whom to believe about the client's address (X-Forwarded-For): a number of proxy hops, or their
   // addresses and CIDR ranges; unset, the address of the connection.
-  TRUST_PROXY: Type.Optional(Type.String({ pattern: '^([0-9]+|[0-9A-Fa-f.:/]+(,\\s*[0-9A-Fa-f.:/]+)*)$' })),
+  TRUST_PROXY: Type.Optional(Type.String({ pattern: '^([0-9]+|[0-9A-Fa-f.:/]+(,\\s*[0-9A-Fa-f.:/]+)*)$', expected: 'a number of proxy hops (1), or addresses and CIDR ranges, comma-separated (10.0.0.0/8, 127.0.0.1)' })),
   // Browser origins allowed to call the API, or * for any.
-  CORS_ORIGINS: Type.String({ default: '', pattern: '^(\\*|(https?://[A-Za-z0-9.-]+(:[0-9]+)?(,\\s*https?://[A-Za-z0-9.-]+(:[0-9]+)?)*)?)$' }),
+  CORS_ORIGINS: Type.String({ default: '', pattern: '^(\\*|(https?://[A-Za-z0-9.-]+(:[0-9]+)?(,\\s*https?://[A-Za-z0-9.-]+(:[0-9]+)?)*)?)$', expected: 'origins with their scheme, comma-separated (https://dash.example.com, http://localhost:5173), or *' }),
   SHUTDOWN_GRACE_MS: Type.Integer({ default: 10000, minimum: 0, description: 'How long in-flight requests may run after SIGTERM' }),
   // Above the idle timeout of the load balancers usually in front (60 s for AWS ALB and nginx), so
   // that the balancer, not us, closes an idle pooled connection: closing it ourselves races a
@@ -85,3 +85,20 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
 }
 
 export type ConnectionLimits = Pick<Config, 'KEEP_ALIVE_TIMEOUT_MS' | 'HEADERS_TIMEOUT_MS' | 'REQUEST_TIMEOUT_MS' | 'MAX_CONNECTIONS'>
+
+/**
+ * The variables of `env` that look like settings of this server but are none (a slip: `LOG_LEVL`,
+ * `RATE_LIMIT_PER_MINUTES`), each with the setting it is a slip of, if one is near: a setting spelt
+ * wrong would otherwise leave its default in force without a word. A variable looks like one of ours
+ * when it shares the first word of a setting of several words (`RATE_`, `DATABASE_`), or is a slip
+ * of a setting's name and has several words itself (so that HOME is never taken for HOST).
+ */
+export function unknownSettings (env: NodeJS.ProcessEnv = process.env): Array<{ variable: string, closest: string | undefined }> {
+  const names = Object.keys(ConfigSchema.properties)
+  const prefixes = new Set(names.filter((name) => name.includes('_')).map((name) => `${name.split('_')[0]}_`))
+  return Object.keys(env).filter((variable) => !names.includes(variable)).flatMap((variable) => {
+    const near = closest(variable, names)
+    const ours = [...prefixes].some((prefix) => variable.startsWith(prefix)) || (near !== undefined && variable.includes('_'))
+    return ours ? [{ variable, closest: near }] : []
+  })
+}

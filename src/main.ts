@@ -2,7 +2,7 @@
 import module from 'node:module'
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
-import { corsOrigins, loadConfig, type Config } from './config.js'
+import { corsOrigins, loadConfig, unknownSettings, type Config } from './config.js'
 import { createLifecycle, type Lifecycle } from './repositories/lifecycle.js'
 import { createFileSource } from './repositories/sources/files.js'
 import type { Source } from './repositories/source.js'
@@ -31,6 +31,9 @@ function redisLocation (url: string) {
   }
 }
 
+/** A limit a minute in the start line's words: 0 turns it off. */
+const perMinute = (limit: number) => limit === 0 ? 'no limit' : `${limit} a minute`
+
 /**
  * What the server uses, in the words of a start line: an operator reads there that the settings took
  * (a REDIS_URL or TRUST_PROXY left unset shows as such, not as silence).
@@ -40,7 +43,7 @@ function describeUse (config: Config, source: Source) {
   // Mirrors createRateLimits: with both limits off, nothing is counted anywhere.
   const rateLimits = config.RATE_LIMIT_PER_MINUTE === 0 && config.RATE_LIMIT_ANONYMOUS_PER_MINUTE === 0
     ? 'off'
-    : config.REDIS_URL ? `in Redis at ${redisLocation(config.REDIS_URL)}` : 'in memory'
+    : `${config.REDIS_URL ? `in Redis at ${redisLocation(config.REDIS_URL)}` : 'in memory'} (${perMinute(config.RATE_LIMIT_PER_MINUTE)} a key, ${perMinute(config.RATE_LIMIT_ANONYMOUS_PER_MINUTE)} an address)`
   const origins = corsOrigins(config)
   const trust = config.TRUST_PROXY
   // As app.ts reads it: digits alone are a number of hops, anything else addresses and ranges.
@@ -48,8 +51,8 @@ function describeUse (config: Config, source: Source) {
   const proxies = trust === undefined ? 'none' : hops === undefined ? trust : `${hops} hop${hops === 1 ? '' : 's'}`
   const staleness = config.MAX_STALENESS_MS === undefined ? 'unbounded (the last data serves however old)' : `${config.MAX_STALENESS_MS} ms, then keyed requests answer 503`
   return {
-    fields: { data, rate_limits: rateLimits, cors_origins: origins, trusted_proxies: proxies, max_staleness_ms: config.MAX_STALENESS_MS ?? null },
-    message: `using ${data}; rate limits ${rateLimits}; CORS origins: ${origins.join(', ') || 'none'}; trusted proxies: ${proxies}; staleness ${staleness}`
+    fields: { data, rate_limits: rateLimits, cors_origins: origins, trusted_proxies: proxies, max_staleness_ms: config.MAX_STALENESS_MS ?? null, log_level: config.LOG_LEVEL },
+    message: `using ${data}; rate limits ${rateLimits}; CORS origins: ${origins.join(', ') || 'none'}; trusted proxies: ${proxies}; staleness ${staleness}; log level ${config.LOG_LEVEL}`
   }
 }
 
@@ -113,6 +116,10 @@ async function main () {
   await lifecycle.follow(app.log)
   const use = describeUse(config, source)
   app.log.info(use.fields, use.message)
+  // Names only: a value may be a secret.
+  for (const { variable, closest } of unknownSettings()) {
+    app.log.warn({ variable, did_you_mean: closest ?? null }, `${variable} is not a setting of this server, and is ignored${closest === undefined ? '' : `: did you mean ${closest}?`}`)
+  }
   const { version, fingerprint, records, mode } = lifecycle.info()
   app.log.info({ source: source.name, location: source.location, mode, snapshot: { version, fingerprint }, records, docs: `${address}/docs` },
     `directory loaded; changes followed by ${FOLLOWED_BY[mode]}; the API reference is at ${address}/docs`)

@@ -152,7 +152,7 @@ describe('the lines a server that cannot start writes, as the docs quote them', 
     expect(code).toBe(1)
     const lines = output.trim().split('\n')
     // The waits are drawn at random, and the docs wait the default 30 s.
-    const as = (docPort: number) => (line: string) => line.replaceAll(`:${port}`, `:${docPort}`).replace(/trying again in \d+ ms/, 'trying again in 97 ms').replace('within 1500 ms', 'within 30000 ms')
+    const as = (docPort: number) => (line: string) => line.replaceAll(`:${port}`, `:${docPort}`).replace(/trying again in \d+ ms, for \d+ ms more/, 'trying again in 97 ms, for 29903 ms more').replace('within 1500 ms', 'within 30000 ms')
     for (const [page, docPort] of [['docs/postgresql.md', 5499], ['docs/troubleshooting.md', 5433]] as const) {
       await expectQuoted(page, as(docPort)(lines[0]!))
       await expectQuoted(page, as(docPort)(lines.at(-1)!))
@@ -223,7 +223,7 @@ describe('the lines a server on files writes, as the docs quote them', () => {
     servers.push(server)
     const { msg } = JSON.parse(await logLine(server, 'using ')) as { msg: string }
     const quote = msg.replace(folder, '/app/fixtures')
-    expect(quote).toBe('using files in /app/fixtures; rate limits in memory; CORS origins: none; trusted proxies: none; staleness unbounded (the last data serves however old)')
+    expect(quote).toBe('using files in /app/fixtures; rate limits in memory (6000 a minute a key, 600 a minute an address); CORS origins: none; trusted proxies: none; staleness unbounded (the last data serves however old); log level info')
     await expectQuoted('docs/configuration.md', quote)
   })
 
@@ -292,7 +292,7 @@ describe('the lines a server on PostgreSQL writes, as the docs quote them', () =
     servers.push(server)
     const { msg } = JSON.parse(await logLine(server, 'using ')) as { msg: string }
     const start = msg.replace(url, DOC_URL)
-    expect(start).toBe(`using PostgreSQL at ${DOC_URL}; rate limits in Redis at redis://127.0.0.1:6380; CORS origins: none; trusted proxies: none; staleness unbounded (the last data serves however old)`)
+    expect(start).toBe(`using PostgreSQL at ${DOC_URL}; rate limits in Redis at redis://127.0.0.1:6380 (6000 a minute a key, 600 a minute an address); CORS origins: none; trusted proxies: none; staleness unbounded (the last data serves however old); log level info`)
     await expectQuoted('README.md', `${start.slice(0, start.indexOf('CORS'))}...`)
 
     const client = new pg.Client({ connectionString: url })

@@ -108,7 +108,7 @@ describe('replicas on one PostgreSQL database', () => {
     for (const replica of replicas) {
       const output = replica.output()
       expect(output).toContain('"location":"postgresql://postgres@127.0.0.1')
-      expect(output).toContain(`"msg":"using PostgreSQL at ${url}; rate limits in memory;`)
+      expect(output).toContain(`"msg":"using PostgreSQL at ${url}; rate limits in memory (6000 a minute a key, 600 a minute an address);`)
       for (const secret of [key, sha256(key), 's3cret-pw']) expect(output).not.toContain(secret)
     }
   })
@@ -236,7 +236,7 @@ describe('replicas on one PostgreSQL database', () => {
     const location = `postgresql://directory@127.0.0.1:${port}/directory`
     expect(lines.length).toBeGreaterThanOrEqual(3)
     for (const [index, line] of lines.slice(0, -1).entries()) {
-      expect(line.replace(/ [0-9]+ ms$/, ' N ms')).toBe(`cannot connect to PostgreSQL at ${location} (try ${index + 1}: connect ECONNREFUSED 127.0.0.1:${port}); trying again in N ms`)
+      expect(line.replace(/ [0-9]+ ms, for [0-9]+ ms more/, ' N ms, for M ms more')).toBe(`cannot connect to PostgreSQL at ${location} (try ${index + 1}: connect ECONNREFUSED 127.0.0.1:${port}); trying again in N ms, for M ms more (DATABASE_CONNECT_TIMEOUT_MS)`)
     }
     expect(lines.at(-1)).toBe(`cannot start: cannot connect to PostgreSQL at ${location} within 3000 ms: connect ECONNREFUSED 127.0.0.1:${port}`)
     expect(stderr).not.toContain('s3cret-pw')

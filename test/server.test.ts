@@ -53,9 +53,10 @@ describe('the start lines', () => {
     const { lines } = await startLines()
     expect(lines.filter((line) => String(line.msg).startsWith('using '))).toEqual([expect.objectContaining({
       level: 30,
-      msg: `using files in ${BUNDLED_FIXTURES_DIR}; rate limits in memory; CORS origins: none; trusted proxies: none; staleness unbounded (the last data serves however old)`,
+      msg: `using files in ${BUNDLED_FIXTURES_DIR}; rate limits in memory (6000 a minute a key, 600 a minute an address); CORS origins: none; trusted proxies: none; staleness unbounded (the last data serves however old); log level info`,
       data: `files in ${BUNDLED_FIXTURES_DIR}`,
-      rate_limits: 'in memory',
+      rate_limits: 'in memory (6000 a minute a key, 600 a minute an address)',
+      log_level: 'info',
       cors_origins: [],
       trusted_proxies: 'none',
       max_staleness_ms: null
@@ -65,7 +66,7 @@ describe('the start lines', () => {
   it('name the bound on stale data when MAX_STALENESS_MS is set', async () => {
     const { lines } = await startLines({ MAX_STALENESS_MS: '30000' })
     expect(lines.find((line) => String(line.msg).startsWith('using '))).toMatchObject({
-      msg: expect.stringMatching(/; staleness 30000 ms, then keyed requests answer 503$/),
+      msg: expect.stringMatching(/; staleness 30000 ms, then keyed requests answer 503; log level info$/),
       max_staleness_ms: 30000
     })
   })
@@ -85,9 +86,9 @@ describe('the start lines', () => {
         TRUST_PROXY: '10.0.0.0/8, 127.0.0.1'
       })
       expect(lines.find((line) => String(line.msg).startsWith('using '))).toMatchObject({
-        msg: `using files in ${BUNDLED_FIXTURES_DIR}; rate limits in Redis at ${redis.url}; ` +
-          'CORS origins: https://dash.example, https://admin.example:8443; trusted proxies: 10.0.0.0/8, 127.0.0.1; staleness unbounded (the last data serves however old)',
-        rate_limits: `in Redis at ${redis.url}`,
+        msg: `using files in ${BUNDLED_FIXTURES_DIR}; rate limits in Redis at ${redis.url} (6000 a minute a key, 600 a minute an address); ` +
+          'CORS origins: https://dash.example, https://admin.example:8443; trusted proxies: 10.0.0.0/8, 127.0.0.1; staleness unbounded (the last data serves however old); log level info',
+        rate_limits: `in Redis at ${redis.url} (6000 a minute a key, 600 a minute an address)`,
         cors_origins: ['https://dash.example', 'https://admin.example:8443'],
         trusted_proxies: '10.0.0.0/8, 127.0.0.1'
       })
@@ -99,7 +100,7 @@ describe('the start lines', () => {
     it('say rate limits are off when both limits are 0, whatever REDIS_URL says', async () => {
       const { lines } = await startLines({ REDIS_URL: redis.url, RATE_LIMIT_PER_MINUTE: '0', RATE_LIMIT_ANONYMOUS_PER_MINUTE: '0', TRUST_PROXY: '2' })
       expect(lines.find((line) => String(line.msg).startsWith('using '))?.msg)
-        .toBe(`using files in ${BUNDLED_FIXTURES_DIR}; rate limits off; CORS origins: none; trusted proxies: 2 hops; staleness unbounded (the last data serves however old)`)
+        .toBe(`using files in ${BUNDLED_FIXTURES_DIR}; rate limits off; CORS origins: none; trusted proxies: 2 hops; staleness unbounded (the last data serves however old); log level info`)
     })
   })
 })
@@ -176,5 +177,28 @@ describe('refusing to start', () => {
     expect(code).toBe(1)
     expect(output).toContain(name)
     expect(output).toMatch(/^cannot start: [^\n]+\n$/)
+  })
+
+  it.each([
+    [{ CORS_ORIGINS: 'dash.example.com' }, 'cannot start: invalid setting CORS_ORIGINS: "dash.example.com" is not origins with their scheme, comma-separated (https://dash.example.com, http://localhost:5173), or *\n'],
+    [{ TRUST_PROXY: 'yes' }, 'cannot start: invalid setting TRUST_PROXY: "yes" is not a number of proxy hops (1), or addresses and CIDR ranges, comma-separated (10.0.0.0/8, 127.0.0.1)\n'],
+    [{ REDIS_URL: 'localhost:6379' }, 'cannot start: invalid setting REDIS_URL: "localhost:6379" is not a Redis URL, such as redis://:password@cache.example:6379\n']
+  ])('says what %o should be, with an example, not a regular expression', async (env, line) => {
+    expect(await failToStart(env)).toEqual({ code: 1, output: line })
+  })
+})
+
+describe('settings spelt wrong', () => {
+  it('warns of a variable that looks like a setting and is none, with the setting it is a slip of, never its value', async () => {
+    const server = await startServer({ LOG_LEVL: 'debug', RATE_LIMIT_PER_MINUTES: '10', DATABASE_PASSWORD: 's3cret', HOME: '/root', HOSTNAME: 'pod-1' })
+    server.process.kill('SIGTERM')
+    await server.exited
+    const warnings = server.output().trim().split('\n').map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.level === 40)
+    expect(warnings.map(({ msg, variable, did_you_mean: near }) => ({ msg, variable, near }))).toEqual([
+      { msg: 'LOG_LEVL is not a setting of this server, and is ignored: did you mean LOG_LEVEL?', variable: 'LOG_LEVL', near: 'LOG_LEVEL' },
+      { msg: 'RATE_LIMIT_PER_MINUTES is not a setting of this server, and is ignored: did you mean RATE_LIMIT_PER_MINUTE?', variable: 'RATE_LIMIT_PER_MINUTES', near: 'RATE_LIMIT_PER_MINUTE' },
+      { msg: 'DATABASE_PASSWORD is not a setting of this server, and is ignored', variable: 'DATABASE_PASSWORD', near: null }
+    ])
+    expect(server.output()).not.toContain('s3cret')
   })
 })

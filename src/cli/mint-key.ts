@@ -5,7 +5,7 @@ import { hash, randomBytes } from 'node:crypto'
 import { access } from 'node:fs/promises'
 import { join } from 'node:path'
 import { loadConfig } from '../config.js'
-import { validateRecords } from '../repositories/records.js'
+import { recordProblem, validateRecords } from '../repositories/records.js'
 import { FIXTURE_FILES } from '../repositories/sources/files.js'
 import { readJsonFile, writeJsonFile } from '../repositories/json-file.js'
 import { connectPostgres, locationOf } from '../repositories/sources/postgres.js'
@@ -131,13 +131,16 @@ async function readKeys (file: string, mayBeMissing: boolean): Promise<ApiKey[]>
 /** A new key: 32 random bytes (256 bits, far beyond guessing), prefixed so that people know what the string is. */
 const newSecret = () => `sk-or-v1-${randomBytes(32).toString('hex')}`
 
+/** Whether now plus `ms` is an instant a key's expiry can hold (RFC 3339 has four digits for the year). */
+const withinYears = (ms: number) => Date.now() + ms < Date.UTC(10000, 0, 1)
+
 /** The expiry the options ask for (RFC 3339, UTC), undefined for none; refuses the command line when it is not one. */
 function expiryOf (values: { 'expires-in'?: string | undefined, 'expires-at'?: string | undefined }): string | undefined {
   const { 'expires-in': expiresIn, 'expires-at': expiresAt } = values
   if (expiresIn !== undefined && expiresAt !== undefined) refuseCommandLine('key', 'give --expires-in or --expires-at, not both')
   if (expiresIn !== undefined) {
     const ms = parseDuration(expiresIn)
-    if (ms === undefined) refuseCommandLine('key', `--expires-in ${JSON.stringify(expiresIn)} is not a duration such as 30s, 15m, 12h or 90d`)
+    if (ms === undefined || !withinYears(ms)) refuseCommandLine('key', `--expires-in ${JSON.stringify(expiresIn)} is not a duration such as 30s, 15m, 12h or 90d, ending before the year 10000`)
     return timestampText(Date.now() + ms)
   }
   if (expiresAt !== undefined && Number.isNaN(timestampMs(expiresAt))) {
@@ -181,7 +184,7 @@ async function main () {
   if (!valid) refuseCommandLine('key', USAGE)
   const expiresAt = expiryOf(values)
   const graceMs = values.grace === undefined ? 60 * 60 * 1000 : parseDuration(values.grace)
-  if (graceMs === undefined) refuseCommandLine('key', `--grace ${JSON.stringify(values.grace)} is not a duration such as 0, 30s, 15m, 12h or 90d`)
+  if (graceMs === undefined || !withinYears(graceMs)) refuseCommandLine('key', `--grace ${JSON.stringify(values.grace)} is not a duration such as 0, 30s, 15m, 12h or 90d, ending before the year 10000`)
   const name = values.name!
 
   const store = await openStore(values['fixtures-dir'])
@@ -197,9 +200,12 @@ async function main () {
     }
     const key = newSecret()
     const expiry = expiresAt === undefined ? {} : { expires_at: expiresAt }
+    // The old name and the time, to the second: readable, and a rotation a second is plenty.
+    const successor = command === 'rotate' ? values['new-name'] ?? `${name}-${new Date().toISOString().replace(/[-:]/g, '').slice(0, 15)}` : name
+    // Checked as the servers check it before anything is written: a record they refuse would refuse the whole file.
+    const problem = recordProblem('keys', { name: successor, sha256: hash('sha256', key), kind: kind ?? 'standard', organization_id: values.org ?? 'organization', ...expiry }, 0)
+    if (problem !== undefined) throw new Error(`the key would not be valid, nothing was written: ${problem.replace(/^\[0\]\./, '')}`)
     if (command === 'rotate') {
-      // The old name and the time, to the second: readable, and a rotation a second is plenty.
-      const successor = values['new-name'] ?? `${name}-${new Date().toISOString().replace(/[-:]/g, '').slice(0, 15)}`
       const old = await store.rotate(name, { name: successor, sha256: hash('sha256', key), ...expiry }, graceMs)
       if (old === undefined) throw new Error(`no key named ${JSON.stringify(name)} in ${store.where}`)
       process.stderr.write(`rotated key ${JSON.stringify(name)} in ${store.where}: it works until ${old.expires_at} (grace ${formatDuration(graceMs)}); ` +

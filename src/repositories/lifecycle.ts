@@ -155,6 +155,11 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
    * refused alone its last good version), the others go in; then the position moves to the batch's.
    */
   async function install (batch: Batch) {
+    // Never back to an older state (a standby behind the one read before, a reload through it): kept for later.
+    if (batch.horizon !== undefined && horizon !== undefined && batch.horizon < horizon) {
+      log?.warn({ source: source.name, position, behind: batch.position }, 'a read older than the data served is left out; the next read starts from the position served')
+      return
+    }
     if (batch.relisted !== undefined) log?.warn({ source: source.name, position, problem: batch.relisted }, 'every kind read whole: the changes since the position served cannot be told')
     const ready: Ready[] = []
     for (const read of batch.changes) {
@@ -298,7 +303,13 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
         following (up, problem) {
           if (up === following) return
           following = up
-          if (up) logger.info({ source: source.name, unfollowed_ms: Date.now() - unfollowedAt }, 'following changes again; reading what changed meanwhile')
+          if (up) {
+            // What was missed is read now, not after the backoff of the reads that failed meanwhile.
+            clearTimeout(timer)
+            timer = undefined
+            failures = 0
+            logger.info({ source: source.name, unfollowed_ms: Date.now() - unfollowedAt }, 'following changes again; reading what changed meanwhile')
+          }
           else {
             unfollowedAt = Date.now()
             logger.error({ source: source.name, problem: problem?.message }, 'cannot follow changes; the data read last keeps serving')

@@ -100,6 +100,10 @@ function explain (error: ValueError): string {
       return unknownFieldMessage(fieldOf(error.path), Object.keys(error.schema.properties ?? {}))
     case ValueErrorType.StringFormat:
       return formatMessage(error.schema, value)
+    case ValueErrorType.StringPattern:
+      // A pattern is for the validator; a person reads what it stands for, where the schema says.
+      if (typeof error.schema.expected === 'string') return `${value} is not ${error.schema.expected}`
+      return `${value}: ${error.message.charAt(0).toLowerCase()}${error.message.slice(1)}`
     default:
       return `${value}: ${error.message.charAt(0).toLowerCase()}${error.message.slice(1)}`
   }
@@ -116,7 +120,7 @@ function unknownFieldMessage (field: string, known: string[]): string {
 }
 
 /** The candidate a slip away from `field`, if any: the nearest, at most two edits and fewer than a third of its letters. */
-function closest (field: string, candidates: string[]): string | undefined {
+export function closest (field: string, candidates: string[]): string | undefined {
   let best: string | undefined
   let bestDistance = Infinity
   for (const candidate of candidates) {

@@ -23,11 +23,13 @@ export function timestampMs (value: string): number {
   const match = TIMESTAMP.exec(value)
   if (match === null) return NaN
   const [, year, month, day, hour, minute, second, , , offsetHours, offsetMinutes] = match.map(Number)
-  // Date.UTC takes 31 February for 3 March: the day must come back as given.
-  const date = new Date(Date.UTC(year!, month! - 1, day!))
-  if (date.getUTCMonth() !== month! - 1 || date.getUTCDate() !== day! || hour! > 23 || minute! > 59 || second! > 60) return NaN
+  // Date takes 31 February for 3 March: the day must come back as given (setUTCFullYear, since Date.UTC takes 0-99 for 1900-1999).
+  const date = new Date(0)
+  date.setUTCFullYear(year!, month! - 1, day!)
+  // A leap second (:60) is refused: JavaScript has none to compare with.
+  if (date.getUTCMonth() !== month! - 1 || date.getUTCDate() !== day! || hour! > 23 || minute! > 59 || second! > 59) return NaN
   if (match[8]!.length > 1 && (offsetHours! > 23 || offsetMinutes! > 59)) return NaN
-  return Date.parse(value.replace(' ', 'T'))
+  return Date.parse(value.replace(' ', 'T').toUpperCase())
 }
 
 /** An instant as the data holds it: RFC 3339 in UTC, to the millisecond, without `.000` (2026-12-31T23:59:59Z). */

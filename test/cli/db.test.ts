@@ -211,8 +211,8 @@ describe('npm run db', () => {
     expect(failure.code).toBe(1)
     const lines = (failure.stderr as string).trimEnd().split('\n')
     expect(lines.length).toBeGreaterThanOrEqual(2)
-    expect(lines.slice(0, -1).map((line) => line.replace(/ [0-9]+ ms$/, ' N ms'))).toEqual(lines.slice(0, -1).map((_line, index) =>
-      `cannot connect to PostgreSQL at postgresql://user@127.0.0.1:1/none (try ${index + 1}: connect ECONNREFUSED 127.0.0.1:1); trying again in N ms`))
+    expect(lines.slice(0, -1).map((line) => line.replace(/ [0-9]+ ms, for [0-9]+ ms more/, ' N ms, for M ms more'))).toEqual(lines.slice(0, -1).map((_line, index) =>
+      `cannot connect to PostgreSQL at postgresql://user@127.0.0.1:1/none (try ${index + 1}: connect ECONNREFUSED 127.0.0.1:1); trying again in N ms, for M ms more (DATABASE_CONNECT_TIMEOUT_MS)`))
     expect(lines.at(-1)).toBe('cannot connect to PostgreSQL at postgresql://user@127.0.0.1:1/none within 500 ms: connect ECONNREFUSED 127.0.0.1:1')
     expect(failure.stderr).not.toContain('s3cret')
   })

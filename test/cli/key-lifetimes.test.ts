@@ -127,7 +127,8 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
   it('refuses an expiry that is not a duration or an RFC 3339 timestamp with a time zone, in one line', async () => {
     const store = await open()
     for (const [args, message] of [
-      [['--expires-in', '1 week'], '--expires-in "1 week" is not a duration such as 30s, 15m, 12h or 90d'],
+      [['--expires-in', '1 week'], '--expires-in "1 week" is not a duration such as 30s, 15m, 12h or 90d, ending before the year 10000'],
+      [['--expires-in', '999999999d'], '--expires-in "999999999d" is not a duration such as 30s, 15m, 12h or 90d, ending before the year 10000'],
       [['--expires-at', '2026-12-31T23:59:59'], '--expires-at "2026-12-31T23:59:59" is not an RFC 3339 timestamp with a time zone (2026-12-31T23:59:59Z)'],
       [['--expires-at', '10000-01-01T00:00:00Z'], '--expires-at "10000-01-01T00:00:00Z" is not an RFC 3339 timestamp with a time zone (2026-12-31T23:59:59Z)']
     ] as const) {

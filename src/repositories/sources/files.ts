@@ -1,5 +1,5 @@
 import { watch, type FSWatcher } from 'node:fs'
-import { realpath, stat } from 'node:fs/promises'
+import { readlink, realpath, stat } from 'node:fs/promises'
 import { hash } from 'node:crypto'
 import { basename, join } from 'node:path'
 import { DataError, KINDS, RECORD_KINDS, assertUnique, compactMembers, recordProblem, validateRecords, type DirectoryData, type RecordKind } from '../records.js'
@@ -129,12 +129,16 @@ export function createFileSource (dir: string): Source {
     folderCheck.unref()
   }
 
-  /** Each kind's file read from `folder`, a refusal for a file refused. */
-  const readFiles = (folder: string, kinds: readonly RecordKind[]) =>
-    Promise.all(kinds.map((kind) => readFile(folder, kind).catch((error: unknown): Refusal => {
-      if (error instanceof DataError) return { kind, error }
-      throw error
-    })))
+  /**
+   * Where a kind's file is read: the generation `..data` names now when the file at the path is the
+   * kubelet's link through `..data` (so that every linked file comes from one generation), else the
+   * folder itself, whatever the file there is (a regular file put over the link is served).
+   */
+  async function folderOf (kind: RecordKind, generation: string | undefined): Promise<string> {
+    if (generation === undefined) return dir
+    const target = await readlink(join(dir, KINDS[kind].file)).catch(() => undefined)
+    return target === join(GENERATION_LINK, KINDS[kind].file) ? generation : dir
+  }
 
   /**
    * These kinds' files read from one version of the folder, at a position: every file's signature
@@ -142,14 +146,18 @@ export function createFileSource (dir: string): Source {
    */
   async function readAt (kinds: readonly RecordKind[], since: readonly string[]): Promise<Batch> {
     for (let attempt = 1; ; attempt++) {
-      // One version of the folder: a Kubernetes volume's generation, which the kubelet writes whole
-      // before it swaps `..data` to it and never writes again, or in a plain folder the files whose
+      // What is served is what each path holds, whatever it links to. One version of the folder: the
+      // files linked through `..data` read from the one generation it names (the kubelet writes it
+      // whole before it swaps `..data` to it, and never writes it again), and the files whose
       // signatures did not change while they were read.
       const generation = await realpath(join(dir, GENERATION_LINK)).catch(() => undefined)
-      const folder = generation ?? dir
-      const before = await signatures(folder, kinds)
-      const changes = await readFiles(folder, kinds)
-      const after = await signatures(folder, kinds)
+      const folders = await Promise.all(kinds.map((kind) => folderOf(kind, generation)))
+      const before = await Promise.all(kinds.map((kind, index) => signatureOf(join(folders[index]!, KINDS[kind].file))))
+      const changes = await Promise.all(kinds.map((kind, index) => readFile(folders[index]!, kind).catch((error: unknown): Refusal => {
+        if (error instanceof DataError) return { kind, error }
+        throw error
+      })))
+      const after = await Promise.all(kinds.map((kind, index) => signatureOf(join(folders[index]!, KINDS[kind].file))))
       // The kubelet removes a generation once the next is swapped in: a file gone while read is of an old one.
       const torn = after.some((signature, index) => signature !== before[index])
       if (torn && attempt < READ_ATTEMPTS) continue

@@ -354,13 +354,15 @@ CREATE TABLE directory_changes (
   written_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX directory_changes_txid ON directory_changes (txid);
--- The newest transaction whose entries trim removed: a replica whose position did not see it reads
--- every table again, as a Kubernetes watch answered 410 Gone lists again.
+-- The newest transaction whose entries trim removed, and the last trim that removed any: a replica
+-- whose position is older than that trim, and not older than what it removed, cannot tell what
+-- changed since, and reads every table again, as a Kubernetes watch answered 410 Gone lists again.
 CREATE TABLE directory_changes_trimmed (
   only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
-  through xid8 NOT NULL
+  through xid8 NOT NULL,
+  trimmed_by xid8 NOT NULL
 );
-INSERT INTO directory_changes_trimmed (through) VALUES ('0');
+INSERT INTO directory_changes_trimmed (through, trimmed_by) VALUES ('0', '0');
 
 -- The notifications stay as they were: a replica of this build reads the log when woken, whatever
 -- the payload says, and a replica of the previous build still follows its notices during a rolling upgrade.
@@ -501,9 +503,10 @@ export async function trimChanges (client: pg.ClientBase, olderThanMs = RETENTIO
   const { rows: [row] } = await client.query<{ removed: string }>(`WITH gone AS (
       DELETE FROM directory_changes WHERE written_at < now() - $1 * interval '1 millisecond' RETURNING txid
     ), moved AS (
-      UPDATE directory_changes_trimmed SET through = greatest(through, (SELECT max(txid) FROM gone)) RETURNING through
+      UPDATE directory_changes_trimmed SET through = greatest(through, (SELECT max(txid) FROM gone)), trimmed_by = pg_current_xact_id()
+        WHERE EXISTS (SELECT 1 FROM gone) RETURNING through
     )
-    SELECT count(*) AS removed FROM gone, moved`, [olderThanMs])
+    SELECT (SELECT count(*) FROM gone) AS removed, (SELECT count(*) FROM moved) AS moved`, [olderThanMs])
   await client.query('VACUUM directory_changes')
   return Number(row?.removed ?? 0)
 }

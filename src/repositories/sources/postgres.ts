@@ -42,6 +42,9 @@ const STATEMENT_TIMEOUT_MS = 60_000
  */
 const PROBE_MS = 1000
 
+/** Where notifications arrive, the log is read this often all the same. */
+const SAFETY_POLL_MS = 60_000
+
 /** How many records of a kind the changes read by name at most; more, and the kind is read whole. */
 const NAMED_MAX = 10_000
 
@@ -131,7 +134,7 @@ export async function connectPostgres (url: string, timeoutMs: number, { applica
         throw new Error(`cannot connect to PostgreSQL at ${locationOf(url)}${isTransient(error) ? ` within ${timeoutMs} ms` : ''}: ${describe(error)}`)
       }
       const wait = Math.min(backoff(attempt, MAX_BACKOFF_MS), left)
-      onRetry?.(`cannot connect to PostgreSQL at ${locationOf(url)} (try ${attempt + 1}: ${describe(error)}); trying again in ${Math.round(wait)} ms`)
+      onRetry?.(`cannot connect to PostgreSQL at ${locationOf(url)} (try ${attempt + 1}: ${describe(error)}); trying again in ${Math.round(wait)} ms, for ${Math.max(0, Math.round(left - wait))} ms more (DATABASE_CONNECT_TIMEOUT_MS)`)
       await sleep(wait)
     }
   }
@@ -295,14 +298,27 @@ const EMPTY = MemberList.of([])
 const KIND_OF_TABLE = new Map<string, RecordKind>([...RECORD_KINDS.map((kind) => [KINDS[kind].table, kind] as const), ['members', 'organizations']])
 
 /**
- * The entries of the transactions a position ($1) did not see: PgQ's cut. An entry below the
- * position's xmin was committed before it (an aborted transaction leaves none); at or above it, the
- * position says whether it saw the transaction. The index on txid reads from xmin on.
+ * The entries a position ($1, its snapshot; $2, the transactions it read at or past the snapshot's
+ * xmin) did not read: PgQ's cut. An entry below the xmin was committed before the snapshot (an
+ * aborted transaction leaves none); at or past it, the position names the transactions it read. Not
+ * the snapshot's list of transactions in progress: a hot standby's snapshot leaves it empty (it keeps
+ * them elsewhere), and would have every transaction running then taken for one committed. The index
+ * on txid reads from the xmin on.
  */
-const PAST_POSITION = 'txid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(txid, $1::pg_snapshot)'
+const PAST_POSITION = 'txid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT txid = ANY($2::xid8[])'
 
-/** What the position's xmax says: the transaction id every later transaction is at or above. */
+/** A position: a snapshot, and the transactions at or past its xmin whose entries it read (`xmin:xmax:xip/t1,t2`). */
+const cutOf = (position: string) => {
+  const [snapshot = '', seen = ''] = position.split('/')
+  return { snapshot, seen: seen === '' ? [] : seen.split(',') }
+}
+
+/** What a position's xmax says: the transaction id every later transaction is at or above. */
 const horizonOf = (position: string) => Number(position.split(':')[1])
+
+/** The snapshot of the read's transaction, and the transactions at or past its xmin whose entries it sees: the position it reads at. */
+const POSITION_NOW = `pg_current_snapshot()::text || '/' || coalesce((SELECT string_agg(DISTINCT txid::text, ',') FROM directory_changes
+  WHERE txid >= pg_snapshot_xmin(pg_current_snapshot())), '')`
 
 /** What the entries past a position say of one table, grouped by the database. */
 interface Pending {
@@ -331,6 +347,8 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
     types,
     Client: SocketClient,
     max: 1,
+    // Kept open: the first read after a quiet spell (a revocation) does not wait for a new connection.
+    idleTimeoutMillis: 0,
     keepAlive: true,
     keepAliveInitialDelayMillis: KEEP_ALIVE_DELAY_MS,
     connectionTimeoutMillis: 10000,
@@ -359,8 +377,9 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
     mode = next
     clearInterval(pollTimer)
     pollTimer = undefined
-    if (next === 'poll' && !closed) {
-      pollTimer = setInterval(() => events?.wake(), pollIntervalMs)
+    if (!closed) {
+      // Notified, a read a minute all the same: a notification lost in a way nobody saw costs a minute, not forever.
+      pollTimer = setInterval(() => events?.wake(), next === 'poll' ? pollIntervalMs : SAFETY_POLL_MS)
       pollTimer.unref()
     }
     events?.mode(next, reason)
@@ -377,8 +396,13 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
     const spare = first
     first = undefined
     const client = await (spare ?? connectListening(timeoutMs))
-    client.on('error', (error) => connectionLost(client, error))
-    client.on('end', () => connectionLost(client, new Error('the connection was closed')))
+    let lost: Error | undefined
+    const lose = (error: Error) => {
+      lost ??= error
+      connectionLost(client, error)
+    }
+    client.on('error', lose)
+    client.on('end', () => lose(new Error('the connection was closed')))
     try {
       const { rows: [row] } = await client.query<{ recovery: boolean }>('SELECT pg_is_in_recovery() AS recovery')
       if (row?.recovery === true) {
@@ -386,20 +410,18 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
         return ['poll', 'the database is a hot standby, where notifications do not arrive']
       }
       const token = `probe ${randomUUID()}`
-      const arrived = new Promise<boolean>((resolve) => {
-        const timer = setTimeout(() => resolve(false), PROBE_MS)
-        client.on('notification', (message) => {
-          if (message.payload === token) {
-            clearTimeout(timer)
-            resolve(true)
-          }
-          // Any notice on the channel is a wake-up, whatever it says: the log says what changed.
-          events?.wake()
-        })
+      let came = () => {}
+      const arrival = new Promise<true>((resolve) => { came = () => resolve(true) })
+      client.on('notification', (message) => {
+        if (message.payload === token) came()
+        // Any notice on the channel is a wake-up, whatever it says: the log says what changed.
+        events?.wake()
       })
+      // Waited for from the moment the probe was sent and acknowledged.
+      const arrived = () => Promise.race([arrival, sleep(PROBE_MS, false, { ref: false })])
       await client.query(`LISTEN ${CHANNEL}`)
       await sendProbe(token)
-      if (!await arrived) {
+      if (!await arrived()) {
         client.socket.destroy()
         return ['poll', `a notification sent to itself did not arrive within ${PROBE_MS} ms (a transaction pooler such as PgBouncer)`]
       }
@@ -407,9 +429,10 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
       client.socket.destroy()
       throw error
     }
-    if (closed) {
+    if (closed || lost !== undefined) {
       client.socket.destroy()
-      return ['poll', 'closed']
+      if (closed) return ['poll', 'closed']
+      throw lost!
     }
     listening = client
     checkAlive(client)
@@ -424,7 +447,11 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
       client.query('SELECT 1').then(() => {
         clearTimeout(deadline)
         if (!closed && client === listening) timer.refresh()
-      }, () => clearTimeout(deadline))
+      }, (error: Error) => {
+        // A check refused (cancelled, a client no longer queryable) is a connection not to rely on.
+        clearTimeout(deadline)
+        connectionLost(client, error)
+      })
     }, CHECK_EVERY_MS)
     timer.unref()
   }
@@ -496,20 +523,21 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
     })
   }
 
-  /** Sends the probe from the reads' connection (through a pooler, another client of the pool), within PROBE_MS. */
+  /**
+   * Sends the probe from a connection of its own, closed at once: through a pooler, another client
+   * (a NOTIFY sent from the listening client may land on its own server connection, and come back),
+   * and never the reads' connection, which a read may hold. Not sent in time: the verdict is left
+   * open (an error), not taken for a pooler.
+   */
   async function sendProbe (token: string) {
-    let timer: NodeJS.Timeout | undefined
-    const late = new Promise<never>((_resolve, reject) => {
-      timer = setTimeout(() => {
-        // A connection the network froze: dropped, so that the reads do not queue behind it.
-        for (const other of pooled) other.socket.destroy()
-        reject(new Error(`no answer to a NOTIFY within ${PROBE_MS} ms`))
-      }, PROBE_MS)
-    })
+    const client = await connectPostgres(url, 0, { applicationName: `${APPLICATION_NAME} (probe)` })
+    client.on('error', () => {})
+    const timer = setTimeout(() => client.socket.destroy(new Error(`no answer to a NOTIFY within ${PROBE_MS} ms`)), PROBE_MS)
     try {
-      await Promise.race([withClient((client) => client.query('SELECT pg_notify($1, $2)', [CHANNEL, token])), late])
+      await client.query('SELECT pg_notify($1, $2)', [CHANNEL, token])
     } finally {
       clearTimeout(timer)
+      await client.end().catch(() => {})
     }
   }
 
@@ -534,13 +562,16 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
     }
   }
 
-  /** Every kind whole, at the transaction's snapshot. */
-  async function listAll (client: pg.ClientBase, position: string, relisted?: string): Promise<Batch> {
+  /** Where the read's transaction is: its position. */
+  const positionOf = async (client: pg.ClientBase) => (await client.query<{ position: string }>(`SELECT ${POSITION_NOW} AS position`)).rows[0]!.position
+
+  /** Every kind whole, at the transaction's snapshot (its position, read here unless given). */
+  async function listAll (client: pg.ClientBase, given?: string, relisted?: string): Promise<Batch> {
     await checkSchema(client)
+    const position = given ?? await positionOf(client)
     return { position, horizon: horizonOf(position), relisted, changes: await readKinds(client, RECORD_KINDS.map((kind) => ({ kind, keys: 'all' }))) }
   }
 
-  const snapshotOf = async (client: pg.ClientBase) => (await client.query<{ position: string }>('SELECT pg_current_snapshot()::text AS position')).rows[0]!.position
 
   /**
    * What changed after `since`: the log's entries of the transactions `since` did not see and the
@@ -549,10 +580,12 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
    */
   async function readChanges (client: pg.ClientBase, since: string): Promise<Batch> {
     // One query when nothing changed, which is what a poll finds most of the time.
-    const { rows: [state] } = await client.query<{ position: string, trimmed: boolean, older: boolean, changed: boolean }>(`SELECT pg_current_snapshot()::text AS position,
-        (SELECT through FROM directory_changes_trimmed) >= pg_snapshot_xmin($1::pg_snapshot) AS trimmed,
+    const { snapshot, seen } = cutOf(since)
+    // Trimmed past the position: a trim that began after it removed entries at or past its xmin.
+    const { rows: [state] } = await client.query<{ position: string, trimmed: boolean, older: boolean, changed: boolean }>(`SELECT ${POSITION_NOW} AS position,
+        (SELECT through >= pg_snapshot_xmin($1::pg_snapshot) AND trimmed_by >= pg_snapshot_xmax($1::pg_snapshot) FROM directory_changes_trimmed) AS trimmed,
         pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax($1::pg_snapshot) AS older,
-        EXISTS (SELECT 1 FROM directory_changes WHERE ${PAST_POSITION}) AS changed`, [since])
+        EXISTS (SELECT 1 FROM directory_changes WHERE ${PAST_POSITION}) AS changed`, [snapshot, seen])
     const { position, trimmed, older, changed } = state!
     // A standby that has not yet replayed what was served (the replica moved to another one): wait for it.
     if (older) return { position: since, horizon: horizonOf(since), changes: [] }
@@ -565,7 +598,7 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
         CASE WHEN bool_or(names IS NULL) THEN NULL ELSE (SELECT array_agg(name) FROM (
           SELECT DISTINCT name FROM pending AS named, unnest(named.names) AS name WHERE named.table_name = pending.table_name LIMIT ${NAMED_MAX + 1}
         ) AS distinct_names) END AS names
-      FROM pending GROUP BY table_name`, [since])
+      FROM pending GROUP BY table_name`, [snapshot, seen])
     if (rows.length > 0) {
       events?.behind(rows.reduce((sum, row) => sum + Number(row.entries), 0), Date.now() - Math.max(...rows.map((row) => Number(row.age))) * 1000)
     }
@@ -600,7 +633,7 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
           return client
         }))
       }
-      return await inTransaction(async (client) => await listAll(client, await snapshotOf(client)))
+      return await inTransaction(async (client) => await listAll(client))
     },
     async changesSince (since) {
       const polling = listening === undefined

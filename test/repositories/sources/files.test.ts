@@ -213,6 +213,28 @@ describe('following changes to the folder', () => {
     expect(data.keys).toEqual(next.keys)
   })
 
+  it('serves a regular file put over a link into ..data from itself, the linked files from their generation, and follows a change to either', async () => {
+    await writeVersion('..2026_11_28_01', makeData())
+    await symlink('..2026_11_28_01', join(dir, '..data'))
+    await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', FIXTURE_FILES[kind]), join(dir, FIXTURE_FILES[kind]))))
+    // keys.json renamed over its link, as an editor or kubectl cp leaves it: the path holds it now.
+    const own = makeData().keys.slice(0, 2)
+    await writeFile(join(dir, 'keys.json.tmp'), JSON.stringify(own))
+    await rename(join(dir, 'keys.json.tmp'), join(dir, 'keys.json'))
+    const initial = await follow()
+    expect(initial.keys).toEqual(own)
+    expect(initial.providers).toEqual(makeData().providers)
+    // A change to the file at the path is followed...
+    await writeFile(join(dir, 'keys.json'), JSON.stringify(own.slice(1)))
+    await watched.until((data) => data.keys.length === 1)
+    // ... and so is a new generation of the linked files, the file at the path still served from itself.
+    await writeVersion('..2026_11_28_02', makeData({ providers: [makeProvider(8)] }))
+    await symlink('..2026_11_28_02', join(dir, '..data_tmp'))
+    await rename(join(dir, '..data_tmp'), join(dir, '..data'))
+    const next = await watched.until((data) => data.providers[0]?.slug === 'provider-8')
+    expect(next.keys).toEqual(own.slice(1))
+  })
+
   it('installs files swapped together in one snapshot, however long the slowest takes to read', async () => {
     await writeVersion('..v1', makeData())
     await symlink('..v1', join(dir, '..data'))

@@ -72,6 +72,31 @@ describe.each(shapes)('a replica %s', (_shape, replicaUrl) => {
     expect((await app.inject({ url: '/v1/providers', headers: bearer('minted-secret') })).statusCode).toBe(200)
   })
 
+  it('reads a transaction that commits after later ones were read, and was in progress at the position it read', async () => {
+    await replaceDirectory(admin, makeData())
+    await standby.caughtUp()
+    const lifecycle = createLifecycle(createPostgresSource({ url: replicaUrl(), connectTimeoutMs: 0, pollIntervalMs: 50 }))
+    lifecycles.push(lifecycle)
+    await lifecycle.load()
+    const { until, followed } = watchLifecycle(lifecycle)
+    await followed
+    const slow = new pg.Client({ connectionString: url })
+    await slow.connect()
+    try {
+      // Begun first, committed last: in progress at every position the replica reads meanwhile.
+      await slow.query('BEGIN')
+      await slow.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+      await admin.query("INSERT INTO keys VALUES ('later', $1, 'standard', 'org_alpha')", [sha256('later-secret')])
+      await until((data) => data.keys.some((key) => key.name === 'later'))
+      await admin.query("INSERT INTO keys VALUES ('later-still', $1, 'standard', 'org_alpha')", [sha256('later-still-secret')])
+      await until((data) => data.keys.some((key) => key.name === 'later-still'))
+      await slow.query('COMMIT')
+      await until((data) => !data.keys.some((key) => key.name === 'alpha-standard'))
+    } finally {
+      await slow.end()
+    }
+  })
+
   it('runs as a server process, whose start line says how it follows changes', async () => {
     await replaceDirectory(admin, makeData())
     await standby.caughtUp()
