@@ -66,9 +66,19 @@ function isExpiry (value: unknown): boolean {
   return value === null || value === undefined || (typeof value === 'string' && !Number.isNaN(timestampMs(value)))
 }
 
-/** When a key expires, in ms since the epoch; NaN when it never does. */
+/** Where a key read from a KeyTable holds its expiry as a number (ms since the epoch). */
+const EXPIRES_MS = Symbol('expiresMs')
+
+/**
+ * When a key expires, in ms since the epoch; NaN when it never does, and -Infinity (long expired)
+ * when its expiry is no time at all: a key fails closed.
+ */
 export function expiryOf (key: ApiKey): number {
-  return typeof key.expires_at === 'string' ? timestampMs(key.expires_at) : NaN
+  const held = (key as { [EXPIRES_MS]?: number })[EXPIRES_MS]
+  if (held !== undefined) return held
+  if (typeof key.expires_at !== 'string') return NaN
+  const ms = timestampMs(key.expires_at)
+  return Number.isNaN(ms) ? -Infinity : ms
 }
 
 function nameHash (name: string): number {
@@ -162,16 +172,15 @@ export class KeyTable {
   }
 
   key (row: number): ApiKey {
-    const key: ApiKey = {
-      name: this.nameOf(row),
-      sha256: this.shaOf(row),
-      kind: KEY_KINDS[this.kinds[row]!]!,
-      organization_id: this.organizationIds[this.organizations[row]!]!
-    }
-    // In UTC, to the millisecond: the instant the row holds.
+    const name = this.nameOf(row)
+    const sha256 = this.shaOf(row)
+    const kind = KEY_KINDS[this.kinds[row]!]!
+    const organization = this.organizationIds[this.organizations[row]!]!
     const expiry = this.expiries[row]!
-    if (!Number.isNaN(expiry)) key.expires_at = timestampText(expiry)
-    return key
+    if (Number.isNaN(expiry)) return { name, sha256, kind, organization_id: organization }
+    // The instant as a number for auth (one comparison a request), as text (UTC, to the millisecond)
+    // only when read: a request never formats it.
+    return { name, sha256, kind, organization_id: organization, [EXPIRES_MS]: expiry, get expires_at () { return timestampText(expiry) } } as ApiKey
   }
 
   /** Every key, in row order. */
