@@ -8,6 +8,9 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import pg from 'pg'
 import { freePort } from './process.js'
+import type { DirectoryData } from '../src/repositories/records.js'
+import { migrate } from '../src/repositories/sources/postgres-schema.js'
+import { replaceDirectory } from '../src/repositories/sources/postgres-write.js'
 
 const run = promisify(execFile)
 
@@ -256,4 +259,19 @@ export async function latencyProxy (url: string, delayMs: number) {
       await new Promise((resolve) => proxy.close(resolve))
     }
   }
+}
+
+/** A new database on `server`, migrated and holding `data`, and a client connected to it, which the caller ends. */
+export async function databaseWith (server: PostgresServer, data: DirectoryData): Promise<{ url: string, client: pg.Client }> {
+  const url = await server.createDatabase()
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    await migrate(client)
+    await replaceDirectory(client, data)
+  } catch (error) {
+    await client.end()
+    throw error
+  }
+  return { url, client }
 }

@@ -6,7 +6,6 @@ import type { ApiKey } from '../schemas/fixtures.js'
 import type { Snapshots } from '../repositories/lifecycle.js'
 import type { Snapshot } from '../repositories/snapshot.js'
 import { errorBody } from './errors.js'
-import { expiryOf } from '../repositories/key-table.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -89,7 +88,7 @@ function authenticate (request: FastifyRequest, reply: FastifyReply, now: number
   const found = request.snapshot.findKey(hash('sha256', key))
   if (found === undefined) return unauthorized(request, reply, new UnknownKey(), 'Bearer error="invalid_token"', 'unknown key')
   // One comparison: a key stops at its instant on every replica, with no change to follow.
-  if (expiryOf(found) <= now) {
+  if (request.snapshot.expiryOf(found) <= now) {
     return unauthorized(request, reply, new ExpiredKey(), 'Bearer error="invalid_token", error_description="The key has expired"', 'expired key')
   }
   return found

@@ -79,6 +79,11 @@ export class Snapshot {
     return this.indexes.keys.bySha.get(sha256)
   }
 
+  /** When a key this snapshot found expires (ms since the epoch): NaN never, -Infinity when its expiry is no time at all. */
+  expiryOf (key: ApiKey): number {
+    return expiryOf(key)
+  }
+
   /** A page of the organization's members, or undefined when the organization does not exist. */
   memberPage (organizationId: string, offset: number, limit: number): MemberPage | undefined {
     const organization = this.indexes.organizations.byKey.get(organizationId)

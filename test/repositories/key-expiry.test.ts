@@ -1,16 +1,13 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import pg from 'pg'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { createLifecycle, type Lifecycle } from '../../src/repositories/lifecycle.js'
 import { createFileSource, FIXTURE_FILES } from '../../src/repositories/sources/files.js'
 import { createPostgresSource } from '../../src/repositories/sources/postgres.js'
-import { migrate } from '../../src/repositories/sources/postgres-schema.js'
-import { replaceDirectory } from '../../src/repositories/sources/postgres-write.js'
 import type { DirectoryData } from '../../src/repositories/records.js'
 import { KEYS, bearer, build, makeData, watchLifecycle } from '../helper.js'
-import { startPostgres, type PostgresServer } from '../postgres.js'
+import { databaseWith, startPostgres, type PostgresServer } from '../postgres.js'
 
 // Keys that expire, read from either source: expired at start, expiring while served with no change
 // to any file or row, and values the schema refuses. The clock is moved, never waited for.
@@ -41,15 +38,8 @@ const sources: Array<[string, (data: DirectoryData) => Promise<Lifecycle>]> = [
     return createLifecycle(createFileSource(dir))
   }],
   ['PostgreSQL', async (data) => {
-    const url = await server.createDatabase()
-    const client = new pg.Client({ connectionString: url })
-    await client.connect()
-    try {
-      await migrate(client)
-      await replaceDirectory(client, data)
-    } finally {
-      await client.end()
-    }
+    const { url, client } = await databaseWith(server, data)
+    await client.end()
     return createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
   }]
 ]
@@ -94,12 +84,8 @@ describe('bad expiries in keys.json', () => {
 
 describe('an expiry set in PostgreSQL', () => {
   it('reaches two replicas before its instant, and stops the key on both at that instant', async () => {
-    const url = await server.createDatabase()
-    const admin = new pg.Client({ connectionString: url })
-    await admin.connect()
+    const { url, client: admin } = await databaseWith(server, makeData())
     try {
-      await migrate(admin)
-      await replaceDirectory(admin, makeData())
       const replicas = await Promise.all([0, 1].map(async () => {
         const lifecycle = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
         lifecycles.push(lifecycle)

@@ -8,7 +8,7 @@ import { migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
 import { bearer, build, KEYS, makeData, sha256, watchLifecycle } from '../../helper.js'
 import { startPgBouncer, type PgBouncer } from '../../pgbouncer.js'
-import { startPostgres, type PostgresServer, type Standby } from '../../postgres.js'
+import { databaseWith, startPostgres, type PostgresServer, type Standby } from '../../postgres.js'
 import { startServer } from '../../process.js'
 
 // The shapes a fleet runs PostgreSQL in: behind PgBouncer in transaction mode (its defaults), and on
@@ -116,12 +116,8 @@ describe.each(shapes)('a replica %s', (_shape, replicaUrl) => {
 describe('a replica on the primary', () => {
   it('is woken by notifications, and holds two connections when idle: one listening, one for reads', async () => {
     // A database of its own: PgBouncer keeps server connections to the other one.
-    const own = await server.createDatabase()
-    const client = new pg.Client({ connectionString: own })
-    await client.connect()
+    const { url: own, client } = await databaseWith(server, makeData())
     try {
-      await migrate(client)
-      await replaceDirectory(client, makeData())
       const lifecycle = createLifecycle(createPostgresSource({ url: own, connectTimeoutMs: 0 }))
       lifecycles.push(lifecycle)
       await lifecycle.load()
