@@ -141,16 +141,20 @@ export function createFileSource (dir: string): Source {
   }
 
   /**
-   * These kinds' files read from one version of the folder, at a position: every file's signature
-   * then (those not read keep the one `since` gives). A file is read whole whatever changed in it.
+   * These kinds' files read from one version of the folder, at a position: the generation `..data`
+   * names, and every file's signature then (those not read keep the one `since` gives). A file is
+   * read whole whatever changed in it; every file, when `..data` names another generation than
+   * `sinceGeneration`: none is then served from the generation before.
    */
-  async function readAt (kinds: readonly RecordKind[], since: readonly string[]): Promise<Batch> {
+  async function readAt (changed: readonly RecordKind[], since: readonly string[], sinceGeneration?: string): Promise<Batch> {
     for (let attempt = 1; ; attempt++) {
       // What is served is what each path holds, whatever it links to. One version of the folder: the
       // files linked through `..data` read from the one generation it names (the kubelet writes it
       // whole before it swaps `..data` to it, and never writes it again), and the files whose
       // signatures did not change while they were read.
       const generation = await realpath(join(dir, GENERATION_LINK)).catch(() => undefined)
+      const generationName = generation === undefined ? '' : basename(generation)
+      const kinds = generationName === sinceGeneration ? changed : RECORD_KINDS
       const folders = await Promise.all(kinds.map((kind) => folderOf(kind, generation)))
       const before = await Promise.all(kinds.map((kind, index) => signatureOf(join(folders[index]!, KINDS[kind].file))))
       const changes = await Promise.all(kinds.map((kind, index) => readFile(folders[index]!, kind).catch((error: unknown): Refusal => {
@@ -161,9 +165,9 @@ export function createFileSource (dir: string): Source {
       // The kubelet removes a generation once the next is swapped in: a file gone while read is of an old one.
       const torn = after.some((signature, index) => signature !== before[index])
       if (torn && attempt < READ_ATTEMPTS) continue
-      const position = RECORD_KINDS.map((kind, index) => kinds.includes(kind) ? before[kinds.indexOf(kind)]! : since[index] ?? '')
-      const version = generation === undefined ? hash('sha1', position.join(','), 'hex').slice(0, 16) : basename(generation)
-      return { position: position.join(','), version, changes }
+      const signed = RECORD_KINDS.map((kind, index) => kinds.includes(kind) ? before[kinds.indexOf(kind)]! : since[index] ?? '')
+      const version = generation === undefined ? hash('sha1', signed.join(','), 'hex').slice(0, 16) : generationName
+      return { position: `${generationName}|${signed.join(',')}`, version, changes }
     }
   }
 
@@ -178,12 +182,15 @@ export function createFileSource (dir: string): Source {
       // A folder gone is a source that cannot be read, not files that changed: the data is not confirmed.
       const folder = await stat(dir).catch(() => undefined)
       if (folder?.isDirectory() !== true) throw new Error(`the data folder ${dir} is missing`)
-      const since = position.split(',')
-      // The files at their paths (through `..data` where they link into it) whose signature moved.
+      const [sinceGeneration = '', signed = ''] = position.split('|')
+      const since = signed.split(',')
+      // The files at their paths (through `..data` where they link into it) whose signature moved,
+      // or every one when `..data` names another generation.
+      const generation = await realpath(join(dir, GENERATION_LINK)).then((path) => basename(path), () => '')
       const now = await signatures(dir, RECORD_KINDS)
       const changed = RECORD_KINDS.filter((_kind, index) => now[index] !== since[index])
-      if (changed.length === 0) return { position, changes: [] }
-      return await readAt(changed, since)
+      if (changed.length === 0 && generation === sinceGeneration) return { position, changes: [] }
+      return await readAt(changed, since, sinceGeneration)
     },
     async watch (handlers) {
       events = handlers
