@@ -70,6 +70,28 @@ function isExpiry (value: unknown): boolean {
 const EXPIRES_MS = Symbol('expiresMs')
 
 /**
+ * A key of a KeyTable that expires: the instant as a number for auth (one comparison a request), as
+ * text (UTC, to the millisecond) only when read, so that a request never formats it. A class, not an
+ * object literal with a getter: a lookup makes one per request, and the literal cost 20 times as much
+ * to make (BENCHMARKS.md, "Key table").
+ */
+class ExpiringKey implements ApiKey {
+  readonly [EXPIRES_MS]: number
+  constructor (readonly name: string, readonly sha256: string, readonly kind: ApiKey['kind'], readonly organization_id: string, expiry: number) {
+    this[EXPIRES_MS] = expiry
+  }
+
+  get expires_at (): string {
+    return timestampText(this[EXPIRES_MS])
+  }
+
+  /** The key as its record: JSON.stringify (an export, a file) writes the expiry too. */
+  toJSON (): ApiKey {
+    return { name: this.name, sha256: this.sha256, kind: this.kind, organization_id: this.organization_id, expires_at: this.expires_at }
+  }
+}
+
+/**
  * When a key expires, in ms since the epoch; NaN when it never does, and -Infinity (long expired)
  * when its expiry is no time at all: a key fails closed.
  */
@@ -178,9 +200,7 @@ export class KeyTable {
     const organization = this.organizationIds[this.organizations[row]!]!
     const expiry = this.expiries[row]!
     if (Number.isNaN(expiry)) return { name, sha256, kind, organization_id: organization }
-    // The instant as a number for auth (one comparison a request), as text (UTC, to the millisecond)
-    // only when read: a request never formats it.
-    return { name, sha256, kind, organization_id: organization, [EXPIRES_MS]: expiry, get expires_at () { return timestampText(expiry) } } as ApiKey
+    return new ExpiringKey(name, sha256, kind, organization, expiry)
   }
 
   /** Every key, in row order. */
