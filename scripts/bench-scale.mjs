@@ -230,6 +230,33 @@ async function memberChanges (client, servers, organization) {
   return times
 }
 
+/** The members an organization grows to, the most one may have (member-list.ts, MAX_MEMBERS). */
+const LARGE_MEMBERS = 100_000
+
+/**
+ * An organization of 10 (that of MEMBER_KEY) grown to LARGE_MEMBERS in one statement, then one of its
+ * members changed: each until both replicas serve it, with the requests' latency and the servers'
+ * longest event-loop delay meanwhile (latencyDuringBulk), and the replicas' RSS after.
+ */
+async function largeOrganization (client, servers, key, organization) {
+  const membersPage = (offset) => Promise.all(servers.map(async (server) => {
+    const res = await fetch(`${server.url}/v1/organization/members?offset=${offset}&limit=1`, { headers: { authorization: `Bearer scale-key-${MEMBER_KEY}` } })
+    return res.status === 200 ? await res.text() : ''
+  }))
+  const url = `${servers[0].url}/v1/providers`
+  const total = (await client.query('SELECT count(*)::int AS n FROM members WHERE organization_id = $1', [organization])).rows[0].n
+  const grown = await latencyDuringBulk(url, key, servers,
+    () => client.query(`INSERT INTO members (organization_id, id, position, email, role)
+      SELECT $1, 'large_' || n, 100 + n, 'large' || n || '@org.example', 'org:member' FROM generate_series(1, $2::int) AS n`, [organization, LARGE_MEMBERS - total]),
+    async () => (await membersPage(0)).every((text) => text.includes(`"total_count":${LARGE_MEMBERS}`)))
+  // The member at the end of the page order: the last of the list rewritten.
+  const changed = await latencyDuringBulk(url, key, servers,
+    () => client.query("UPDATE members SET first_name = 'Changed' WHERE organization_id = $1 AND id = $2", [organization, `large_${LARGE_MEMBERS - total}`]),
+    async () => (await membersPage(LARGE_MEMBERS - 1)).every((text) => text.includes('"Changed"')))
+  await sleep(2000)
+  return { grown, changed, rss: Math.max(...servers.map((s) => rssMb(s.child.pid))) }
+}
+
 /** The build's commit, and whether its src/ differs from it. */
 function describeBuild (root) {
   try {
@@ -300,7 +327,8 @@ async function measureBuild ({ build, database, server, files, work, keys, organ
       () => client.query("UPDATE members SET first_name = 'Bulk'"),
       async () => (await (await fetch(`${servers[0].url}/v1/organization/members?limit=1`, { headers: { authorization: `Bearer scale-key-${MEMBER_KEY}` } })).text()).includes('"Bulk"'))
     const members = await memberChanges(client, servers, `org_${MEMBER_KEY % organizations}`)
-    return { floorMs, importMs, startMs, joinMs, rssStart, rssChanged, times, bulk, members }
+    const large = await largeOrganization(client, servers, key, `org_${MEMBER_KEY % organizations}`)
+    return { floorMs, importMs, startMs, joinMs, rssStart, rssChanged, times, bulk, members, large }
   } finally {
     await Promise.all(servers.map(stopServer))
     await client.end().catch(() => {})
@@ -385,6 +413,9 @@ export async function benchScale ({ root, before, keys = 1_000_000, organization
       row('start of a third replica while the two serve, spawn to first 200', (r) => `${ms(r.joinMs)} (${fmt(r.joinMs / r.floorMs, 1)}× the floor)`),
       row('a member added to an organization of 10, on both replicas, p50 / p99 of 20', (r) => p(r.members.added)),
       row('a member removed from it, p50 / p99 of 20', (r) => p(r.members.removed)),
+      row(`that organization grown to ${fmt(LARGE_MEMBERS)} members in one statement: requests p99 (max); event loop's longest delay (until served)`, (r) => `${fmt(r.large.grown.busy.p99, 1)} ms (${fmt(r.large.grown.busy.max, 1)} ms); ${ms(r.large.grown.busy.loop)} (${ms(r.large.grown.bulkMs)})`),
+      row('then one of its members changed: the same', (r) => `${fmt(r.large.changed.busy.p99, 1)} ms (${fmt(r.large.changed.busy.max, 1)} ms); ${ms(r.large.changed.busy.loop)} (${ms(r.large.changed.bulkMs)})`),
+      row('RSS after, with that organization', (r) => `${fmt(r.large.rss)} MB`),
       row(`\`npm run db -- import\` of the files (${fmt(files.counts.keys)} keys, ${fmt(files.counts.organizations * 10)} members)`, (r) => ms(r.importMs))
     ]
     return { results, lines }

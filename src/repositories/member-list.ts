@@ -1,9 +1,15 @@
-import { hash } from 'node:crypto'
+import { createHash } from 'node:crypto'
 import type { Member } from '../schemas/member.js'
 import { DataError } from './data-error.js'
 
-/** The most members an organization may have. */
-const MAX_MEMBERS = 1 << 24
+/**
+ * The most members an organization may have (docs/data.md). Past it an organization is refused: one
+ * that size already takes a whole read of its own, and each change to it reads it again.
+ */
+export const MAX_MEMBERS = 100_000
+
+/** Members whose texts are joined into one buffer at a time: a few hundred KiB, made in well under a millisecond. */
+const CHUNK_MEMBERS = 1024
 
 /** A page of an organization's members. */
 export interface MemberPage {
@@ -17,6 +23,53 @@ export interface MemberPage {
 }
 
 const PAGE_START = Buffer.from('{"data":[')
+const COMMA = Buffer.from(',')
+
+/**
+ * Makes a MemberList a member at a time, as they are read: each member's text is written when it is
+ * added, a chunk of them joined into a buffer now and then, so that a reader that pauses between
+ * rows never holds the event loop for the whole organization (the texts of 100,000 members took
+ * longer than a request may wait when written in one go). Members are valid; their ids are not
+ * checked here (compactMembers does).
+ */
+export class MemberListBuilder {
+  private readonly chunks: Buffer[] = []
+  private texts: string[] = []
+  private readonly ends: number[] = []
+  private end = -1
+  private readonly digest = createHash('sha1')
+
+  /** `where` names the organization in the message that refuses one past MAX_MEMBERS. */
+  constructor (private readonly where: string) {}
+
+  add (member: Member) {
+    if (this.ends.length === MAX_MEMBERS) throw new DataError(`${this.where}: more than ${MAX_MEMBERS} members, the most an organization may have`)
+    const text = JSON.stringify(member)
+    this.texts.push(text)
+    this.end += 1 + Buffer.byteLength(text)
+    this.ends.push(this.end)
+    if (this.texts.length === CHUNK_MEMBERS) this.flush()
+  }
+
+  finish (): MemberList {
+    this.flush()
+    const text = Buffer.concat(this.chunks)
+    return new MemberList(text, this.ends, this.digest.digest('base64url'))
+  }
+
+  private flush () {
+    if (this.texts.length === 0) return
+    // A comma between chunks too: the buffer is the members' texts joined by commas, whatever the chunks.
+    if (this.chunks.length > 0) this.append(COMMA)
+    this.append(Buffer.from(this.texts.join(',')))
+    this.texts = []
+  }
+
+  private append (bytes: Buffer) {
+    this.chunks.push(bytes)
+    this.digest.update(bytes)
+  }
+}
 
 /**
  * The members of an organization as the snapshot holds them: their JSON texts in one buffer, joined
@@ -25,32 +78,23 @@ const PAGE_START = Buffer.from('{"data":[')
  * buffer and an array of ten numbers, not ten objects of five strings each.
  */
 export class MemberList {
-  /** SHA-1 of the members' JSON: changes whenever a member does, and is the same on every replica. */
-  readonly version: string
   /** The end of every page, made by the first. */
   private pageEnd: Buffer | undefined
 
-  private constructor (
+  /** Made by a MemberListBuilder. */
+  constructor (
     private readonly text: Buffer,
     /** Where each member's JSON ends in `text`. */
-    private readonly ends: readonly number[]
-  ) {
-    this.version = hash('sha1', text, 'base64url')
-  }
+    private readonly ends: readonly number[],
+    /** SHA-1 of the members' JSON: changes whenever a member does, and is the same on every replica. */
+    readonly version: string
+  ) {}
 
-  /** A list of these members (valid; their ids are not checked here: compactMembers does). */
-  static of (members: Iterable<Member>): MemberList {
-    const texts: string[] = []
-    const ends: number[] = []
-    let end = -1
-    for (const member of members) {
-      if (texts.length === MAX_MEMBERS) throw new DataError(`more than ${MAX_MEMBERS} members in one organization`)
-      const text = JSON.stringify(member)
-      texts.push(text)
-      end += 1 + Buffer.byteLength(text)
-      ends.push(end)
-    }
-    return new MemberList(Buffer.from(texts.join(',')), ends)
+  /** A list of these members, made in one go (a file's, a test's). */
+  static of (members: Iterable<Member>, where = 'an organization'): MemberList {
+    const builder = new MemberListBuilder(where)
+    for (const member of members) builder.add(member)
+    return builder.finish()
   }
 
   get length (): number {

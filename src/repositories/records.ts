@@ -122,7 +122,7 @@ export function compactMembers (members: readonly Member[], where: string, at: s
     if (first !== undefined) throw new DataError(`${where}: ${at}[${index}].id: ${quoteValue(id, 'id')} duplicates ${at}[${first}].id`)
     seen.set(id, index)
   })
-  return MemberList.of(members)
+  return MemberList.of(members, `${where}: ${at}`)
 }
 
 /**

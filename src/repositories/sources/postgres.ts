@@ -4,14 +4,14 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import { DataError, KINDS, RECORD_KINDS, assertUnique, memberProblem, recordProblem, type Organization, type RecordKind } from '../records.js'
 import { createSlicer } from '../slices.js'
-import { MemberList } from '../member-list.js'
+import { MemberList, MemberListBuilder } from '../member-list.js'
 import { KeyTableBuilder } from '../key-table.js'
 import { quoteValue } from '../../schemas/describe-error.js'
 import { backoff, type Batch, type Change, type FollowMode, type ReadRequest, type Refusal, type Source, type SourceEvents } from '../source.js'
 import type { ApiKey } from '../../schemas/fixtures.js'
 import type { Member } from '../../schemas/member.js'
 import { CHANNEL, checkSchema } from './postgres-schema.js'
-import { copyRows, type TextRow } from './copy-rows.js'
+import { copyRows } from './copy-rows.js'
 
 /** Reconnection waits 100 ms, then twice as long each time, up to this. */
 const MAX_BACKOFF_MS = 5000
@@ -178,13 +178,12 @@ async function readList (client: pg.ClientBase, kind: RecordKind): Promise<Chang
 }
 
 /**
- * The rows of a query of text columns, in batches: a whole table (no values) by COPY, a chunk at a
- * time, which costs less than a cursor (docs/postgresql.md says by how much); the rows a notice names
- * (at most 10,000 names) in one query, since COPY takes no parameters.
+ * `ARRAY['a','b']::text[]`, each value quoted by the driver: a read of the records a change names
+ * streams by COPY as a whole read does, and COPY takes no parameters. (An organization of 100,000
+ * members read through a query would arrive as one array of rows.)
  */
-async function * rowsOf (client: pg.ClientBase, query: { text: string, values?: unknown[] }): AsyncGenerator<TextRow[]> {
-  if (query.values === undefined) yield * copyRows(client, query.text)
-  else yield (await client.query<TextRow>({ ...query, rowMode: 'array' })).rows
+function textArray (client: pg.ClientBase, values: readonly string[]): string {
+  return `ARRAY[${values.map((value) => client.escapeLiteral(value)).join(',')}]::text[]`
 }
 
 /**
@@ -200,8 +199,8 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
   const found: ApiKey[] = []
   let index = 0
   // In no order: a key table has none, and reading the table in its own order spares an index scan.
-  const query = names === 'all' ? { text: columns } : { text: `${columns} WHERE name = ANY($1)`, values: [names] }
-  for await (const rows of rowsOf(client, query)) {
+  const query = names === 'all' ? columns : `${columns} WHERE name = ANY(${textArray(client, names)})`
+  for await (const rows of copyRows(client, query)) {
     for (const [name, sha256, kind, organization, expiresAt] of rows as Array<Array<string | null>>) {
       const key: ApiKey = { name: name!, sha256: sha256!, kind: kind as ApiKey['kind'], organization_id: organization! }
       // In UTC (the transaction's TimeZone): `+00:00` written `Z`, as the files and the key table write it.
@@ -243,11 +242,10 @@ const PAGE_ORDER = 'ORDER BY organization_id, position, id'
 async function readOrganizations (client: pg.ClientBase, ids: readonly string[] | 'all'): Promise<Change<'organizations'>> {
   const refused: Refusals = new Map()
   const names = new Map<string, string>()
-  const query = ids === 'all'
-    ? { text: 'SELECT id, name FROM organizations ORDER BY position, id' }
-    : { text: 'SELECT id, name FROM organizations WHERE id = ANY($1) ORDER BY position, id', values: [ids] }
+  const named = ids === 'all' ? undefined : textArray(client, ids)
+  const only = (column: string) => named === undefined ? '' : `WHERE ${column} = ANY(${named})`
   let rows = 0
-  for await (const batch of rowsOf(client, query)) {
+  for await (const batch of copyRows(client, `SELECT id, name FROM organizations ${only('id')} ORDER BY position, id`)) {
     for (const [id, name] of batch as Array<[string, string]>) {
       const problem = recordProblem('organizations', { id, name, members: [] }, rows++)
       if (problem === undefined) names.set(id, name)
@@ -255,31 +253,38 @@ async function readOrganizations (client: pg.ClientBase, ids: readonly string[] 
     }
   }
   const lists = new Map<string, MemberList>()
-  const memberQuery = ids === 'all'
-    ? { text: `SELECT ${MEMBER_COLUMNS} FROM members ${PAGE_ORDER}` }
-    : { text: `SELECT ${MEMBER_COLUMNS} FROM members WHERE organization_id = ANY($1) ${PAGE_ORDER}`, values: [ids] }
-  let members: Member[] = []
+  // Each organization's members are written into its list as they are read, in page order.
+  let list: MemberListBuilder | undefined
   let of: string | undefined
   const finish = () => {
     // Ids are unique within their organization by the primary key (organization_id, id).
-    if (of !== undefined && !refused.has(of)) lists.set(of, MemberList.of(members))
-    members = []
+    if (of !== undefined && list !== undefined && !refused.has(of)) lists.set(of, list.finish())
+    list = undefined
   }
   const slicer = createSlicer()
-  for await (const batch of rowsOf(client, memberQuery)) {
+  for await (const batch of copyRows(client, `SELECT ${MEMBER_COLUMNS} FROM members ${only('organization_id')} ${PAGE_ORDER}`)) {
     rows += batch.length
     for (const row of batch) {
       const organization = row[0]!
       if (organization !== of) {
         finish()
         of = organization
+        list = new MemberListBuilder(`table members, organization_id ${quoteValue(organization)}`)
       }
       if (refused.has(organization)) continue
       const member = { id: row[1]!, email: row[2]!, first_name: row[3]!, last_name: row[4]!, role: row[5] as Member['role'] }
       const problem = memberProblem(member, 0, 0)
-      if (problem === undefined) members.push(member)
-      else refused.set(organization, rowMessage(problem.replace(/^\[0\]\.members\[0\]\.?/, ''), 'members', `organization_id ${quoteValue(organization)}, id ${quoteValue(member.id)}`))
-      // A batch is a chunk of a COPY, or every row of the organizations a notice named, however many.
+      if (problem !== undefined) refused.set(organization, rowMessage(problem.replace(/^\[0\]\.members\[0\]\.?/, ''), 'members', `organization_id ${quoteValue(organization)}, id ${quoteValue(member.id)}`))
+      else {
+        try {
+          list!.add(member)
+        } catch (error) {
+          // Past the most members an organization may have: refused alone, and its other rows skipped.
+          if (!(error instanceof DataError)) throw error
+          refused.set(organization, error.message)
+        }
+      }
+      // A batch is a chunk of a COPY, however many organizations it holds.
       if (slicer.due()) await slicer.pause()
     }
   }

@@ -3,6 +3,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { BUNDLED_FIXTURES_DIR } from '../../../src/config.js'
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
 import type { DirectoryData } from '../../../src/repositories/records.js'
+import { MAX_MEMBERS } from '../../../src/repositories/member-list.js'
 import { readAll } from '../../../src/repositories/source.js'
 import { loadFixtures } from '../../../src/repositories/sources/files.js'
 import { createPostgresSource, locationOf } from '../../../src/repositories/sources/postgres.js'
@@ -375,10 +376,10 @@ describe('following changes', () => {
         /** Until PostgreSQL has run the replica's statement like `pattern` (its last one, as pg_stat_activity shows it). */
         const ran = (pattern: string) => expect.poll(async () => (await admin.query('SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE $1', [pattern])).rows.length, { interval: 2, timeout: 10_000 }).toBeGreaterThan(0)
         await admin.query("UPDATE members SET email = 'first@big.example' WHERE organization_id = 'org_big' AND id = 'user_100'")
-        await ran('SELECT id, name FROM organizations WHERE %')
+        await ran('COPY (SELECT id, name FROM organizations WHERE %')
         // After the read's snapshot: this read does not see it, and the next must read it.
         await admin.query("DELETE FROM members WHERE organization_id = 'org_big' AND id = 'user_2500'")
-        await ran('SELECT organization_id, id, email, first_name, last_name, role FROM members WHERE %')
+        await ran('COPY (SELECT organization_id, id, email, first_name, last_name, role FROM members WHERE %')
         await new Promise((resolve) => setTimeout(resolve, 150))
         // Noticed after the read went on to the members: the next read must cover both.
         await admin.query("UPDATE members SET email = 'third@big.example' WHERE organization_id = 'org_big' AND id = 'user_4900'")
@@ -612,7 +613,7 @@ describe('notices and reads that another role or the network spoils', () => {
   it('revokes a key deleted at once after a statement that reads a large organization again, with that statement or after it', async () => {
     await admin.query("INSERT INTO organizations (id, name) VALUES ('org_big', 'Big')")
     await admin.query(`INSERT INTO members (organization_id, id, position, email, role)
-      SELECT 'org_big', 'user_' || i, i, 'user' || i || '@big.example', 'org:member' FROM generate_series(1, 200000) AS i`)
+      SELECT 'org_big', 'user_' || i, i, 'user' || i || '@big.example', 'org:member' FROM generate_series(1, ${MAX_MEMBERS}) AS i`)
     const { lifecycle, until } = await follow()
     const bigRead = () => lifecycle.current().indexes.organizations.byKey.get('org_big')!.members.slice(0, 1)[0]!.first_name
     await admin.query("UPDATE members SET first_name = 'Renamed' WHERE organization_id = 'org_big'")
