@@ -10,6 +10,9 @@ export default defineConfig({
     // The JSON report lets .ci/run print how many tests ran.
     reporters: ['default', 'json'],
     outputFile: { json: 'reports/vitest.json' },
-    testTimeout: 20000
+    // Bounds for a test or a hook that is stuck, not for one that is slow: each waits on the events
+    // it expects (test/patience.ts), and a busy machine takes many times its usual time.
+    testTimeout: 180_000,
+    hookTimeout: 180_000
   }
 })

@@ -12,6 +12,7 @@ import type { Endpoint } from '../src/schemas/endpoint.js'
 import { MemberList } from '../src/repositories/member-list.js'
 import type { ApiKey } from '../src/schemas/fixtures.js'
 import { checkResponsesAgainstDocument } from './conformance.js'
+import { PATIENCE_MS } from './patience.js'
 
 export const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 
@@ -250,7 +251,7 @@ export function recordsOf (snapshot: Snapshot) {
  * Follows a lifecycle with a logger of its own, and waits for what it does: `until` a snapshot
  * satisfies a test, the next refusal, a change of `following`, a number of installs.
  */
-export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = 10_000) {
+export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = PATIENCE_MS) {
   const refusals: Array<{ kind: string, problem: string }> = []
   const states: Array<{ up: boolean, problem?: string }> = []
   let installed = 0

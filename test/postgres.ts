@@ -11,6 +11,7 @@ import { freePort } from './process.js'
 import type { DirectoryData } from '../src/repositories/records.js'
 import { migrate } from '../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../src/repositories/sources/postgres-write.js'
+import { PATIENCE_MS } from './patience.js'
 
 const run = promisify(execFile)
 
@@ -198,7 +199,7 @@ async function startStandby (bin: string, primaryPort: number): Promise<Standby>
   return {
     port,
     url,
-    async caughtUp (timeoutMs = 10000) {
+    async caughtUp (timeoutMs = PATIENCE_MS) {
       // The primary commits asynchronously (synchronous_commit=off): its last commits may lie in WAL
       // not yet written, so neither sent nor counted by pg_current_wal_lsn(). A transaction of our own
       // that writes WAL (a message for logical decoding, which no one reads here), committed

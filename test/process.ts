@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { createServer } from 'node:net'
+import { PATIENCE_MS } from './patience.js'
 
 export interface RunningServer {
   process: ChildProcess
@@ -25,7 +26,7 @@ export function startServer (env: Record<string, string> = {}): Promise<RunningS
       // A server that never said it listens must not outlive the test run.
       child.kill('SIGKILL')
       reject(new Error(`server did not start:\n${output}`))
-    }, 15000)
+    }, PATIENCE_MS)
     const onData = () => {
       const match = /Server listening at (http:\/\/[^"\s]+)/.exec(output)
       if (match) {
