@@ -101,6 +101,9 @@ describe('the messages about bad data, as the docs quote them', () => {
         delete keys[0]!.organization_id
       })
     }],
+    ['a misspelt price of OpenRouter\'s', ['docs/data.md'], 'invalid: zdr-endpoints.json: [0].pricing.input_cache_reed: is not a known field; did you mean "input_cache_read"?', async (folder: string) => {
+      await editRecords(folder, 'zdr-endpoints.json', (endpoints) => { (endpoints[0]!.pricing as Record<string, unknown>).input_cache_reed = '0.000000125' })
+    }],
     ['a missing file', ['docs/troubleshooting.md'], 'invalid: keys.json: cannot read /path/to/my-data/keys.json (ENOENT)', async (folder: string) => {
       await unlink(join(folder, 'keys.json'))
     }],

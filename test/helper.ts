@@ -53,6 +53,37 @@ export function makeEndpoint (i: number, overrides: Partial<Endpoint> = {}): End
   }
 }
 
+/**
+ * An endpoint with the fields OpenRouter's newer clients describe beyond the spec's copy (native_tools,
+ * the optional prices, a quantization of the enumeration, perf_last_30m_by_workload,
+ * supports_voice_cloning), each key where the vendor's answers put it.
+ */
+export function makeVendorEndpoint (i: number, overrides: Partial<Endpoint> = {}): Endpoint {
+  const { pricing, ...rest } = makeEndpoint(i)
+  return {
+    ...rest,
+    pricing: {
+      ...pricing,
+      audio: '0.00004',
+      input_cache_read: '0.00000003',
+      input_cache_write: '0.000000375',
+      input_cache_write_1h: '0.0000006',
+      internal_reasoning: '0.0000025',
+      web_search: '0.01',
+      discount: 0.25,
+      overrides: [{ min_prompt_tokens: 200000, prompt: '0.0000006', completion: '0.000005' }, { utc_days: ['saturday', 'sunday'], utc_start: 100, utc_end: 400, prompt: '0.00000015' }]
+    },
+    quantization: 'mxfp4',
+    supports_voice_cloning: false,
+    perf_last_30m_by_workload: {
+      text_generation: { latency: { p50: 410, p75: 520, p90: 800, p99: 1500.5 }, request_count: 1834, throughput: { p50: 88.2, p75: 70, p90: 51.5, p99: 20 } },
+      image_generation: { latency: null, request_count: null, throughput: null }
+    },
+    native_tools: { 'openrouter:web_search': { type: 'web_search_20260209' }, 'openrouter:web_fetch': { type: 'web_fetch_20250910' } },
+    ...overrides
+  }
+}
+
 export function makeMembers (prefix: string, count: number): MemberList {
   return MemberList.of(Array.from({ length: count }, (_, i) => ({
     id: `user_${prefix}_${i}`,

@@ -108,9 +108,9 @@ describe('the OpenAPI document', () => {
     for (const { operation } of operations.filter(({ operation }) => operation !== members)) expect(operation.parameters).toBeUndefined()
   })
 
-  it('publishes Provider, Endpoint, Member and Error as components, with the field descriptions of the spec', () => {
+  it('publishes Provider, Endpoint (with its WorkloadPerformance), Member and Error as components, with the field descriptions of the spec', () => {
     const schemas = document.components.schemas
-    expect(Object.keys(schemas).sort()).toEqual(['Endpoint', 'Error', 'Member', 'Provider'])
+    expect(Object.keys(schemas).sort()).toEqual(['Endpoint', 'Error', 'Member', 'Provider', 'WorkloadPerformance'])
     const provider = schemas.Provider!.properties as Record<string, { description?: string }>
     expect(provider.headquarters!.description).toBe("ISO 3166-1 alpha-2 country code of the provider's headquarters")
     // Every field of every component says what it is.
@@ -138,7 +138,7 @@ describe('the OpenAPI document', () => {
         checked++
       }
     }
-    expect(checked).toBe(30)
+    expect(checked).toBe(31)
   })
 })
 

@@ -2,7 +2,7 @@ import { Type, type Static, type TSchema } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { describeErrors, quoteValue } from '../schemas/describe-error.js'
 import { ProviderSchema } from '../schemas/provider.js'
-import { EndpointSchema } from '../schemas/endpoint.js'
+import { EndpointRecordSchema, servedEndpoint } from '../schemas/endpoint.js'
 import { OrganizationSchema, ApiKeySchema } from '../schemas/fixtures.js'
 import { MemberSchema, type Member } from '../schemas/member.js'
 import { MemberList } from './member-list.js'
@@ -20,13 +20,15 @@ export { DataError }
  */
 export const KINDS = {
   providers: { schema: ProviderSchema, file: 'providers.json', table: 'providers', key: 'slug', unique: ['slug'], held: 'list' },
-  endpoints: { schema: EndpointSchema, file: 'zdr-endpoints.json', table: 'endpoints', key: undefined, unique: [], held: 'list' },
+  endpoints: { schema: EndpointRecordSchema, file: 'zdr-endpoints.json', table: 'endpoints', key: undefined, unique: [], held: 'list', served: servedEndpoint },
   organizations: { schema: OrganizationSchema, file: 'organizations.json', table: 'organizations', key: 'id', unique: ['id'], held: 'organizations' },
   keys: { schema: ApiKeySchema, file: 'keys.json', table: 'keys', key: 'name', unique: ['name', 'sha256'], held: 'keys' }
 } as const satisfies Record<string, {
   schema: TSchema, file: string, table: string, key: string | undefined, unique: readonly string[]
   /** How the snapshot holds it: a list served whole, or by key (the keys, organizations with member pages). */
   held: 'list' | 'keys' | 'organizations'
+  /** A record of a list as served, where that is not the record as held (a field the data may leave out). */
+  served?: (record: never) => unknown
 }>
 
 export type RecordKind = keyof typeof KINDS

@@ -133,7 +133,8 @@ export async function applyChange<K extends RecordKind> (previous: Index<K> | un
       // A list is served as one body: any change serializes it again (a few hundred records).
       if (!('all' in change)) throw new Error(`${kind} change as a whole list`)
       const records = change.all as readonly unknown[]
-      return { records, list: serializeList(records) } as unknown as Index<K>
+      const { served } = KINDS[kind] as { served?: (record: unknown) => unknown }
+      return { records, list: serializeList(served === undefined ? records : records.map(served)) } as unknown as Index<K>
     }
     case 'organizations':
       return await applyOrganizations(previous as OrganizationIndex | undefined, change as Change<'organizations'>) as Index<K>

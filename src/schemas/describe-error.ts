@@ -97,6 +97,8 @@ function explain (error: ValueError): string {
     case ValueErrorType.ObjectRequiredProperty:
       return 'is required'
     case ValueErrorType.ObjectAdditionalProperties:
+      // A map's keys are names of a form, not fields to pick from (native_tools: openrouter:*).
+      if (error.schema.patternProperties !== undefined) return `is not a known field; names here match ${Object.keys(error.schema.patternProperties).join(' or ')}`
       return unknownFieldMessage(fieldOf(error.path), Object.keys(error.schema.properties ?? {}))
     case ValueErrorType.StringFormat:
       return formatMessage(error.schema, value)
