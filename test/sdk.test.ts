@@ -1,19 +1,87 @@
 import { execFile } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { mkdir, mkdtemp, rename, rm } from 'node:fs/promises'
+import { createRequire } from 'node:module'
+import { homedir } from 'node:os'
+import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
 import { promisify } from 'node:util'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { OpenRouter } from '@openrouter/sdk'
-import { InternalServerResponseError, NotFoundResponseError, OpenRouterDefaultError, UnauthorizedResponseError } from '@openrouter/sdk/models/errors'
-import { KEYS, build, failingSnapshots, makeData, makeEndpoint, makeMembers, makeProvider, snapshotsOf , type BuildOptions } from './helper.js'
+import { servedEndpoint } from '../src/schemas/endpoint.js'
+import { KEYS, build, failingSnapshots, makeData, makeEndpoint, makeMembers, makeProvider, makeVendorEndpoint, snapshotsOf, type BuildOptions } from './helper.js'
 
-/** The SDK's view of a record: the same fields, names camel-cased (`privacy_policy_url` → `privacyPolicyUrl`). */
-function camelCased (value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(camelCased)
+const run = promisify(execFile)
+
+type Sdk = typeof import('@openrouter/sdk')
+type SdkErrors = typeof import('@openrouter/sdk/models/errors')
+
+/** The SDK's view of a record: the same fields, names camel-cased (`privacy_policy_url` → `privacyPolicyUrl`); a map's keys are data, kept. */
+function camelCased (value: unknown, isMap = false): unknown {
+  if (Array.isArray(value)) return value.map((item) => camelCased(item))
   if (value === null || typeof value !== 'object') return value
-  return Object.fromEntries(Object.entries(value).map(([key, field]) => [key.replace(/_([a-z0-9])/g, (_, next: string) => next.toUpperCase()), camelCased(field)]))
+  return Object.fromEntries(Object.entries(value).map(([key, field]) => [
+    isMap ? key : key.replace(/_([a-z0-9])/g, (_, next: string) => next.toUpperCase()),
+    camelCased(field, !isMap && key === 'native_tools')
+  ]))
+}
+
+/** The paths of `ours` (`pricing.inputCacheRead`) that `theirs` lacks. */
+function missing (ours: unknown, theirs: unknown, at = ''): string[] {
+  if (ours === null || typeof ours !== 'object' || Array.isArray(ours)) return []
+  return Object.entries(ours).flatMap(([key, value]) => {
+    const path = at === '' ? key : `${at}.${key}`
+    if (theirs === null || typeof theirs !== 'object' || !(key in theirs)) return [path]
+    return missing(value, (theirs as Record<string, unknown>)[key], path)
+  })
+}
+
+// The pinned SDK, and the newest the registry publishes: a client released since the pin is what a user
+// installs with `npm i @openrouter/sdk`. The newest is installed once, outside the clone, by its version.
+const require = createRequire(import.meta.url)
+const PINNED = (require('@openrouter/sdk/package.json') as { version: string }).version
+
+async function newestPublished (): Promise<string> {
+  const { stdout } = await run('npm', ['view', '@openrouter/sdk', 'version'])
+  return stdout.trim()
+}
+
+/** The folder `@openrouter/sdk@version` is installed in, installed there first when it is not. */
+async function installed (version: string): Promise<string> {
+  const dir = join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'model-gateway-directory', `openrouter-sdk-${version}`)
+  if (existsSync(join(dir, 'node_modules/@openrouter/sdk/package.json'))) return dir
+  await mkdir(join(dir, '..'), { recursive: true })
+  // Installed beside, then renamed: a run stopped halfway leaves no folder that looks complete.
+  const work = await mkdtemp(`${dir}-`)
+  await run('npm', ['install', '--prefix', work, '--no-save', '--no-package-lock', '--ignore-scripts', '--no-audit', '--no-fund', `@openrouter/sdk@${version}`])
+  await rename(work, dir).catch(() => rm(work, { recursive: true, force: true }))
+  return dir
+}
+
+async function loadSdk (dir: string): Promise<{ sdk: Sdk, errors: SdkErrors }> {
+  const resolve = createRequire(join(dir, 'index.js')).resolve
+  return {
+    sdk: await import(pathToFileURL(resolve('@openrouter/sdk')).href) as Sdk,
+    errors: await import(pathToFileURL(resolve('@openrouter/sdk/models/errors')).href) as SdkErrors
+  }
+}
+
+const newest = await newestPublished().catch((error: Error) => error)
+const clients: Array<{ which: string, load: () => Promise<{ sdk: Sdk, errors: SdkErrors }> }> = [
+  { which: newest === PINNED ? `${PINNED}, pinned, the newest published` : `${PINNED}, pinned`, load: async () => ({ sdk: await import('@openrouter/sdk'), errors: await import('@openrouter/sdk/models/errors') }) }
+]
+if (newest !== PINNED) {
+  clients.push({
+    which: newest instanceof Error ? 'the newest published' : `${newest}, the newest published`,
+    load: async () => {
+      if (newest instanceof Error) throw new Error(`cannot ask the npm registry for the newest @openrouter/sdk: ${newest.message}`)
+      return await loadSdk(await installed(newest))
+    }
+  })
 }
 
 // A data set that exercises what a client can trip on: absent optional fields, nulls, negative
-// prices, a last page that is full (so the pager must ask once more and get an empty page).
+// prices, OpenRouter's newer fields and an endpoint without them, a last page that is full (so the
+// pager must ask once more and get an empty page).
 const data = makeData({
   organizations: [
     { id: 'org_alpha', name: 'Alpha', members: makeMembers('alpha', 345) },
@@ -37,7 +105,9 @@ const data = makeData({
       uptime_last_30m: null,
       uptime_last_1d: null,
       pricing: { prompt: '-1', completion: '-1', image: '0', request: '0.005' }
-    })
+    }),
+    makeVendorEndpoint(3),
+    makeVendorEndpoint(4, { native_tools: {}, quantization: 'unknown', supports_voice_cloning: true })
   ]
 })
 
@@ -48,22 +118,35 @@ async function listen (directory: NonNullable<BuildOptions['snapshots']>) {
 }
 
 // The official client, unchanged, against a listening server: the compatibility promise.
-describe('the official @openrouter/sdk client', () => {
+describe.each(clients)('the official @openrouter/sdk client $which', ({ load }) => {
   let server: Awaited<ReturnType<typeof listen>>
+  let OpenRouter: Sdk['OpenRouter']
+  let errors: SdkErrors
   // Retries off: an error must surface at once, not after a back-off.
   const client = (apiKey: string, serverURL = server.serverURL) => new OpenRouter({ apiKey, serverURL, retryConfig: { strategy: 'none' } })
 
-  beforeAll(async () => { server = await listen(snapshotsOf(data)) })
+  beforeAll(async () => {
+    const loaded = await load()
+    OpenRouter = loaded.sdk.OpenRouter
+    errors = loaded.errors
+    server = await listen(snapshotsOf(data))
+  }, 120_000)
 
   it('providers.list() answers every provider of the data, field by field', async () => {
     const res = await client(KEYS.alphaStandard).providers.list()
     expect(res.data).toStrictEqual(camelCased(data.providers))
   })
 
-  it('endpoints.listZdrEndpoints() answers every endpoint of the data, field by field', async () => {
+  it('endpoints.listZdrEndpoints() parses every endpoint, each field holding the value served, none dropped but native_tools', async () => {
     const res = await client(KEYS.alphaStandard).endpoints.listZdrEndpoints()
-    // supportsVoiceCloning is not a field of ours: the SDK fills in its default when it is absent.
-    expect(res.data).toStrictEqual(data.endpoints.map((endpoint) => ({ ...(camelCased(endpoint) as object), supportsVoiceCloning: false })))
+    const served = data.endpoints.map((endpoint) => camelCased(servedEndpoint(endpoint)) as Record<string, unknown>)
+    expect(res.data).toHaveLength(served.length)
+    res.data.forEach((endpoint, i) => {
+      // supportsVoiceCloning is optional: the SDK fills in its default when it is absent.
+      expect({ supportsVoiceCloning: false, ...served[i] }, `endpoint ${i}`).toMatchObject(endpoint)
+      // An SDK older than native_tools drops it; nothing else may be.
+      expect(missing(served[i], endpoint).filter((path) => !path.startsWith('nativeTools')), `endpoint ${i}`).toEqual([])
+    })
   })
 
   const pagings = [
@@ -88,13 +171,13 @@ describe('the official @openrouter/sdk client', () => {
 
   it('raises UnauthorizedResponseError for an unknown key', async () => {
     const error = await client('sk-or-v1-unknown').organization.listMembers().catch((e: unknown) => e)
-    expect(error).toBeInstanceOf(UnauthorizedResponseError)
+    expect(error).toBeInstanceOf(errors.UnauthorizedResponseError)
     expect(error).toMatchObject({ statusCode: 401, error: { code: 401, message: 'Invalid API key' } })
   })
 
   it('raises NotFoundResponseError for a management key whose organization does not exist', async () => {
     const error = await client(KEYS.orphanManagement).organization.listMembers().catch((e: unknown) => e)
-    expect(error).toBeInstanceOf(NotFoundResponseError)
+    expect(error).toBeInstanceOf(errors.NotFoundResponseError)
     expect(error).toMatchObject({ statusCode: 404, error: { code: 404, message: 'Organization org_gone not found' } })
   })
 
@@ -107,19 +190,10 @@ describe('the official @openrouter/sdk client', () => {
     ]
     for (const { call, status } of calls) {
       const error = await call().catch((e: unknown) => e)
-      expect(error).toBeInstanceOf(OpenRouterDefaultError)
-      expect((error as OpenRouterDefaultError).statusCode).toBe(status)
-      expect(JSON.parse((error as OpenRouterDefaultError).body)).toMatchObject({ error: { code: status } })
+      expect(error).toBeInstanceOf(errors.OpenRouterDefaultError)
+      expect((error as InstanceType<SdkErrors['OpenRouterDefaultError']>).statusCode).toBe(status)
+      expect(JSON.parse((error as InstanceType<SdkErrors['OpenRouterDefaultError']>).body)).toMatchObject({ error: { code: status } })
     }
-  })
-
-  it('runs the README\'s example script, examples/list-with-sdk.mjs', async () => {
-    const { stdout } = await promisify(execFile)(process.execPath, ['examples/list-with-sdk.mjs'], {
-      env: { PATH: process.env.PATH ?? '', OPENROUTER_BASE_URL: server.serverURL, OPENROUTER_API_KEY: KEYS.alphaManagement }
-    })
-    expect(stdout).toContain('3 providers, for example:')
-    expect(stdout).toContain('2 endpoints under zero data retention')
-    expect(stdout).toContain('members page: 45 (345 of 345)')
   })
 
   describe('when the server fails', () => {
@@ -132,9 +206,21 @@ describe('the official @openrouter/sdk client', () => {
       const sdk = client(KEYS.alphaManagement, failing.serverURL)
       for (const call of [() => sdk.providers.list(), () => sdk.endpoints.listZdrEndpoints(), () => sdk.organization.listMembers()]) {
         const error = await call().catch((e: unknown) => e)
-        expect(error).toBeInstanceOf(InternalServerResponseError)
+        expect(error).toBeInstanceOf(errors.InternalServerResponseError)
         expect(error).toMatchObject({ statusCode: 500, error: { code: 500, message: 'Internal Server Error' } })
       }
     })
+  })
+})
+
+describe('the README\'s example script, examples/list-with-sdk.mjs', () => {
+  it('runs against a listening server, with the pinned SDK', async () => {
+    const server = await listen(snapshotsOf(data))
+    const { stdout } = await promisify(execFile)(process.execPath, ['examples/list-with-sdk.mjs'], {
+      env: { PATH: process.env.PATH ?? '', OPENROUTER_BASE_URL: server.serverURL, OPENROUTER_API_KEY: KEYS.alphaManagement }
+    })
+    expect(stdout).toContain('3 providers, for example:')
+    expect(stdout).toContain('4 endpoints under zero data retention')
+    expect(stdout).toContain('members page: 45 (345 of 345)')
   })
 })
