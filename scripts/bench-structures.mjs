@@ -87,8 +87,9 @@ export async function benchStructures () {
   ]
 }
 
-if (process.argv[2] !== undefined) {
-  process.stdout.write(JSON.stringify(await measure(process.argv[2])))
-} else if (import.meta.url === pathToFileURL(process.argv[1]).href) {
-  console.log((await benchStructures()).join('\n'))
+// Run as a program: one measure in a child of benchStructures (its argument), or the whole table. Imported
+// (by bench.mjs), nothing: the arguments are then bench.mjs's own.
+if (import.meta.url === pathToFileURL(process.argv[1]).href) {
+  if (process.argv[2] !== undefined) process.stdout.write(JSON.stringify(await measure(process.argv[2])))
+  else console.log((await benchStructures()).join('\n'))
 }

@@ -26,7 +26,7 @@ import { closeSync, cpSync, createWriteStream, mkdtempSync, openSync, readFileSy
 import { cpus, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { promisify } from 'node:util'
+import { parseArgs, promisify } from 'node:util'
 import { benchPostgres, serverArgs } from './bench-postgres.mjs'
 import { benchKeyTable } from './bench-key-table.mjs'
 import { benchStructures } from './bench-structures.mjs'
@@ -34,6 +34,31 @@ import { benchRecords } from './bench-records.mjs'
 import { benchScale, checkScaleSettings, scaleSettings } from './bench-scale.mjs'
 
 const execFileAsync = promisify(execFile)
+
+const HELP = `Measures the service against servers that write the same bytes, and writes the table BENCHMARKS.md holds
+(docs/performance.md, "The bench"). It takes two cores, wrk (installed from Debian when missing), and a
+quarter of an hour for its gateway-scale section alone.
+
+usage: npm run bench
+       BENCH_OUTPUT=- npm run bench   (prints the table only)
+
+  -h, --help  prints this help
+
+Settings are environment variables: BENCH_DURATION (seconds a run, 3), BENCH_ROUNDS (6), BENCH_CONNECTIONS
+(50), BENCH_OUTPUT (BENCHMARKS.md, - for none), BENCH_SCALE (0 leaves out the gateway-scale section),
+BENCH_BEFORE (a built checkout to measure beside this one), BENCH_AFTER_FIRST, BENCH_SCALE_KEYS,
+BENCH_SCALE_ORGANIZATIONS, BENCH_SCALE_CHANGES.
+`
+
+try {
+  if (parseArgs({ options: { help: { type: 'boolean', short: 'h' } }, strict: true }).values.help) {
+    process.stdout.write(HELP)
+    process.exit(0)
+  }
+} catch (error) {
+  process.stderr.write(`${error.message.split('. ')[0].replace(/^./, (first) => first.toLowerCase())}; see npm run bench -- --help\n`)
+  process.exit(2)
+}
 
 const DURATION = Number(process.env.BENCH_DURATION ?? 3)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6)

@@ -7,6 +7,28 @@ import { execFileSync } from 'node:child_process'
 import { readdirSync, statSync, utimesSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { parseArgs } from 'node:util'
+
+const HELP = `Compiles src/ to dist/ (tsc), then bundles the server into dist/main.js (scripts/bundle.mjs).
+
+usage: npm run build
+       node scripts/build.mjs --if-stale   (what npm start, npm run key, check, db, openapi and bench run first)
+
+  --if-stale  builds only when a source, a setting of the build or a dependency changed since the last build
+  -h, --help  prints this help
+`
+
+let options
+try {
+  options = parseArgs({ options: { 'if-stale': { type: 'boolean' }, help: { type: 'boolean', short: 'h' } }, strict: true }).values
+} catch (error) {
+  process.stderr.write(`${error.message.split('. ')[0].replace(/^./, (first) => first.toLowerCase())}; see npm run build -- --help\n`)
+  process.exit(2)
+}
+if (options.help) {
+  process.stdout.write(HELP)
+  process.exit(0)
+}
 
 process.chdir(fileURLToPath(new URL('..', import.meta.url)))
 
@@ -38,7 +60,7 @@ function isCurrent () {
   return built !== undefined && INPUTS.every((input) => lastChange(input) < built)
 }
 
-if (!(process.argv.includes('--if-stale') && isCurrent())) {
+if (!(options['if-stale'] && isCurrent())) {
   const started = new Date()
   try {
     execFileSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit' })

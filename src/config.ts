@@ -84,6 +84,15 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
   return valid
 }
 
+/** The settings, one a line with its default (`unset` where there is none), as --help lists them. */
+export function describeSettings (): string {
+  const width = Math.max(...Object.keys(ConfigSchema.properties).map((name) => name.length)) + 2
+  return Object.entries(ConfigSchema.properties).map(([name, schema]) => {
+    const fallback: unknown = 'default' in schema ? schema.default : undefined
+    return `  ${name.padEnd(width)}${fallback === undefined || fallback === '' ? 'unset' : String(fallback)}\n`
+  }).join('')
+}
+
 export type ConnectionLimits = Pick<Config, 'KEEP_ALIVE_TIMEOUT_MS' | 'HEADERS_TIMEOUT_MS' | 'REQUEST_TIMEOUT_MS' | 'MAX_CONNECTIONS'>
 
 /**

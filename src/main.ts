@@ -2,7 +2,8 @@
 import module from 'node:module'
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
-import { corsOrigins, loadConfig, unknownSettings, type Config } from './config.js'
+import { corsOrigins, describeSettings, loadConfig, unknownSettings, type Config } from './config.js'
+import { readCommandLine } from './cli/command-line.js'
 import { createLifecycle, type Lifecycle } from './repositories/lifecycle.js'
 import { createFileSource } from './repositories/sources/files.js'
 import type { Source } from './repositories/source.js'
@@ -59,7 +60,24 @@ function describeUse (config: Config, source: Source) {
 /** The modes in the start line's words. */
 const FOLLOWED_BY = { notify: 'notifications', poll: 'polling the change log', watch: 'watching the folder', none: 'nothing' } as const
 
+const HELP = `Serves the directory API at /v1 (the providers, the endpoints under zero data retention, the members
+of an organization), its reference at /docs, its metrics at /metrics.
+
+usage: npm start [-- --help]
+       node dist/server.js            (as the container image runs it)
+
+  -h, --help  prints this help
+
+It takes no other argument. Its settings are environment variables, here with their defaults;
+docs/configuration.md says what each does:
+
+`
+
 async function main () {
+  if (readCommandLine('start', {}).values.help) {
+    process.stdout.write(`${HELP}${describeSettings()}`)
+    return
+  }
   let config
   let source: Source
   let lifecycle: Lifecycle

@@ -39,6 +39,12 @@ describe('node scripts/build.mjs --if-stale (what npm start, npm run key, check,
     expect(await check()).toMatch(/: valid \(edited\): /)
   }, 120_000)
 
+  it('answers --help with what it does, and builds nothing', async () => {
+    const { stdout } = await run(process.execPath, [join(dir, 'scripts/build.mjs'), '--help'])
+    expect(stdout).toContain('usage: npm run build\n')
+    await expect(stat(join(dir, 'dist'))).rejects.toThrow('ENOENT')
+  })
+
   it('runs a build that failed again, and says why again, rather than running what it left', async () => {
     const file = join(dir, 'src/truncate.ts')
     await writeFile(file, `${await readFile(file, 'utf8')}\nexport const broken: number = 'text'\n`)
@@ -48,4 +54,18 @@ describe('node scripts/build.mjs --if-stale (what npm start, npm run key, check,
       expect(output).toContain("error TS2322: Type 'string' is not assignable to type 'number'.")
     }
   }, 120_000)
+})
+
+describe('scripts/bench.mjs (npm run bench)', () => {
+  it('answers --help with what it measures and its settings, and measures nothing', async () => {
+    const { stdout, stderr } = await run(process.execPath, ['scripts/bench.mjs', '--help'], { timeout: 15_000 })
+    expect(stderr).toBe('')
+    expect(stdout).toContain('usage: npm run bench\n')
+    expect(stdout).toContain('BENCH_OUTPUT')
+  })
+
+  it('refuses an option it does not take, in one line that points to --help, exit 2', async () => {
+    const error = await run(process.execPath, ['scripts/bench.mjs', '--quick'], { timeout: 15_000 }).catch((e: { code: number, stdout: string, stderr: string }) => e)
+    expect(error).toMatchObject({ code: 2, stdout: '', stderr: "unknown option '--quick'; see npm run bench -- --help\n" })
+  })
 })

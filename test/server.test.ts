@@ -1,10 +1,10 @@
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../src/config.js'
 import { BUNDLED_MANAGEMENT_KEY, failToStart, startServer } from './process.js'
 import { startRedis, type RedisServer } from './redis.js'
@@ -200,5 +200,46 @@ describe('settings spelt wrong', () => {
       { msg: 'DATABASE_PASSWORD is not a setting of this server, and is ignored', variable: 'DATABASE_PASSWORD', near: null }
     ])
     expect(server.output()).not.toContain('s3cret')
+  })
+})
+
+/**
+ * Runs `command` with `args` in its own process group, and kills the whole group (npm and what it
+ * started) if it has not exited within `ms`: a server started by mistake never outlives the test.
+ */
+async function runBounded (command: string, args: string[], ms = 10_000) {
+  const child = spawn(command, args, { detached: true, env: { PATH: process.env.PATH ?? '', PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const exit = once(child, 'exit') as Promise<[number | null, string | null]>
+  let running = true
+  const stop = () => { if (running) process.kill(-child.pid!, 'SIGKILL') }
+  void exit.then(() => { running = false })
+  onTestFinished(stop)
+  let stdout = ''
+  let stderr = ''
+  child.stdout.on('data', (chunk) => { stdout += chunk })
+  child.stderr.on('data', (chunk) => { stderr += chunk })
+  const timer = setTimeout(stop, ms)
+  const [code, signal] = await exit
+  clearTimeout(timer)
+  return { code: code ?? signal, stdout, stderr }
+}
+
+describe('the command line of the server', () => {
+  it('npm start -- --help prints what the server is and every setting with its default, exits 0, and starts no server', async () => {
+    const { code, stdout, stderr } = await runBounded('npm', ['start', '--silent', '--', '--help'])
+    expect({ code, stderr }).toEqual({ code: 0, stderr: '' })
+    expect(stdout).toContain('usage: npm start [-- --help]\n')
+    expect(stdout).not.toContain('Server listening')
+    // The variables docs/configuration.md lists, each on a line of its own with its default.
+    const variables = [...(await readFile('docs/configuration.md', 'utf8')).matchAll(/^\| `([A-Z_]+)` \| /gm)].map((match) => match[1]!)
+    expect(variables.length).toBeGreaterThan(15)
+    for (const variable of variables) expect(stdout, variable).toMatch(new RegExp(`^  ${variable} +\\S`, 'm'))
+    expect(stdout).toMatch(/^ {2}PORT +3000$/m)
+    expect(stdout).toMatch(/^ {2}REDIS_URL +unset$/m)
+  })
+
+  it('refuses an argument it does not take, in one line that points to --help, exit 2', async () => {
+    const { code, stdout, stderr } = await runBounded(process.execPath, ['dist/server.js', '--port', '8080'])
+    expect({ code, stdout, stderr }).toEqual({ code: 2, stdout: '', stderr: "unknown option '--port'; see npm start -- --help\n" })
   })
 })

@@ -5,7 +5,10 @@ import { parseArgs, type ParseArgsOptionsConfig } from 'node:util'
 
 const HELP_OPTION = { help: { type: 'boolean', short: 'h' } } as const
 
-/** The command line of `npm run <command>`, parsed with `options` and --help; refused when it does not parse. */
+/**
+ * The command line of `npm run <command>` (`npm start` for the server), parsed with `options` and
+ * --help; refused when it does not parse.
+ */
 export function readCommandLine<T extends ParseArgsOptionsConfig> (command: string, options: T, allowPositionals = false) {
   try {
     return parseArgs({ options: { ...options, ...HELP_OPTION }, allowPositionals, strict: true })
@@ -21,6 +24,6 @@ export function readCommandLine<T extends ParseArgsOptionsConfig> (command: stri
 
 /** Exits 2 with one line: what is wrong with the command line, and where the usage is. */
 export function refuseCommandLine (command: string, problem: string): never {
-  process.stderr.write(`${problem}; see npm run ${command} -- --help\n`)
+  process.stderr.write(`${problem}; see npm ${command === 'start' ? 'start' : `run ${command}`} -- --help\n`)
   process.exit(2)
 }
