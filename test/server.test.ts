@@ -1,4 +1,5 @@
 import { execFileSync, spawn } from 'node:child_process'
+import { existsSync } from 'node:fs'
 import { once } from 'node:events'
 import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { createServer, type AddressInfo } from 'node:net'
@@ -241,5 +242,20 @@ describe('the command line of the server', () => {
   it('refuses an argument it does not take, in one line that points to --help, exit 2', async () => {
     const { code, stdout, stderr } = await runBounded(process.execPath, ['dist/server.js', '--port', '8080'])
     expect({ code, stdout, stderr }).toEqual({ code: 2, stdout: '', stderr: "unknown option '--port'; see npm start -- --help\n" })
+  })
+})
+
+// Debian 12's own Node.js is 20: where the machine has it, the server is run on it.
+const OLD_NODE = '/usr/bin/node'
+const oldNodeMajor = existsSync(OLD_NODE) ? Number(execFileSync(OLD_NODE, ['-p', 'process.versions.node.split(".")[0]']).toString()) : undefined
+
+describe.skipIf(oldNodeMajor === undefined || oldNodeMajor >= 22)(`the server on Node.js ${oldNodeMajor} (${OLD_NODE})`, () => {
+  it('says first, in one line, that it is too old and where Node.js 24 comes from', async () => {
+    const { code, stderr } = await runBounded(OLD_NODE, ['dist/server.js', '--help'])
+    expect(code).toBe(0)
+    expect(stderr).toMatch(new RegExp(`^warning: Node.js ${oldNodeMajor}\\.\\d+\\.\\d+ is older than this service supports \\(22 or later\\)[^\\n]*npm registry[^\\n]*\\n$`))
+    // As docs/troubleshooting.md quotes it, from Debian 12's Node.js.
+    const version = execFileSync(OLD_NODE, ['-p', 'process.versions.node']).toString().trim()
+    expect(await readFile('docs/troubleshooting.md', 'utf8')).toContain(`\n${stderr.replace(version, '20.20.2')}`)
   })
 })

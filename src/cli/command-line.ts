@@ -2,14 +2,16 @@
 // newcomer's first guess works; a command line the command does not understand exits 2 with one
 // line that says so and points to --help, which a script and a reader tell apart from bad data (1).
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util'
+import { warnOfOldNode } from '../node-version.js'
 
 const HELP_OPTION = { help: { type: 'boolean', short: 'h' } } as const
 
 /**
  * The command line of `npm run <command>` (`npm start` for the server), parsed with `options` and
- * --help; refused when it does not parse.
+ * --help; refused when it does not parse. Read first by every command, so a Node.js too old is told of here.
  */
 export function readCommandLine<T extends ParseArgsOptionsConfig> (command: string, options: T, allowPositionals = false) {
+  warnOfOldNode()
   try {
     return parseArgs({ options: { ...options, ...HELP_OPTION }, allowPositionals, strict: true })
   } catch (error) {

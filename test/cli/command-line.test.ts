@@ -1,4 +1,5 @@
-import { execFile } from 'node:child_process'
+import { execFile, execFileSync } from 'node:child_process'
+import { existsSync } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { promisify } from 'node:util'
 import { describe, expect, it } from 'vitest'
@@ -71,5 +72,18 @@ describe('a command line a command does not understand', () => {
     const { code, stderr } = await command('check.js', '--fixtures-dir', 'no-such-folder')
     expect(code).toBe(1)
     expect(stderr).toMatch(/^invalid: /)
+  })
+})
+
+// Debian 12's own Node.js is 20: where the machine has it, a command is run on it.
+const OLD_NODE = '/usr/bin/node'
+const oldNodeMajor = existsSync(OLD_NODE) ? Number(execFileSync(OLD_NODE, ['-p', 'process.versions.node.split(".")[0]']).toString()) : undefined
+
+describe.skipIf(oldNodeMajor === undefined || oldNodeMajor >= 22)(`a command on Node.js ${oldNodeMajor} (${OLD_NODE})`, () => {
+  it('says first, in one line on stderr, that it is too old and where Node.js 24 comes from, then does its work', async () => {
+    const { code, stdout, stderr } = await run(OLD_NODE, ['dist/cli/check.js', '--fixtures-dir', 'fixtures'], { env: { PATH: process.env.PATH ?? '' } })
+      .then(({ stdout, stderr }) => ({ code: 0, stdout, stderr }), (error: { code: number, stdout: string, stderr: string }) => error)
+    expect({ code, stdout }).toEqual({ code: 0, stdout: 'fixtures: valid: 38 providers, 32 endpoints, 2 organizations with 138 members, 5 keys\n' })
+    expect(stderr).toMatch(new RegExp(`^warning: Node.js ${oldNodeMajor}\\.\\d+\\.\\d+ is older than this service supports \\(22 or later\\)[^\\n]*npm registry[^\\n]*\\n$`))
   })
 })
