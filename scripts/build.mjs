@@ -4,7 +4,7 @@
 // run code older than the sources. Comparing modification times answers sooner than tsc's incremental
 // build, which reads every file again, and leaves the bundle to decide apart.
 import { execFileSync } from 'node:child_process'
-import { readdirSync, statSync, utimesSync, writeFileSync } from 'node:fs'
+import { existsSync, readdirSync, statSync, utimesSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
@@ -31,6 +31,21 @@ if (options.help) {
 }
 
 process.chdir(fileURLToPath(new URL('..', import.meta.url)))
+
+/**
+ * Stops with one line when the dependencies are not all there, rather than with the stack trace of the
+ * first module that cannot be found (in tsc, or in the command run next on a build left from before).
+ * npm ci and npm install write node_modules/.package-lock.json when they have installed everything: a
+ * failed or interrupted npm ci leaves none. npm ci --omit=dev writes it without the compiler.
+ */
+function refuseWithoutDependencies (building) {
+  const missing = !existsSync('node_modules/.package-lock.json')
+    ? 'the dependencies are not installed (node_modules/.package-lock.json is missing)'
+    : building && !existsSync('node_modules/typescript/bin/tsc') ? 'TypeScript is not installed (npm ci --omit=dev leaves it out)' : undefined
+  if (missing === undefined) return
+  process.stderr.write(`cannot build: ${missing}: run npm ci\n`)
+  process.exit(1)
+}
 
 /**
  * Written when a build succeeds, dated when it started: a file saved while tsc ran is newer, and is
@@ -60,7 +75,9 @@ function isCurrent () {
   return built !== undefined && INPUTS.every((input) => lastChange(input) < built)
 }
 
-if (!(options['if-stale'] && isCurrent())) {
+const building = !(options['if-stale'] && isCurrent())
+refuseWithoutDependencies(building)
+if (building) {
   const started = new Date()
   try {
     execFileSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.build.json'], { stdio: 'inherit' })

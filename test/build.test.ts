@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process'
-import { cp, mkdtemp, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises'
+import { cp, mkdir, mkdtemp, readFile, rm, stat, symlink, unlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { promisify } from 'node:util'
@@ -44,6 +44,29 @@ describe('node scripts/build.mjs --if-stale (what npm start, npm run key, check,
     expect(stdout).toContain('usage: npm run build\n')
     await expect(stat(join(dir, 'dist'))).rejects.toThrow('ENOENT')
   })
+
+  it('says in one line to run npm ci, when the dependencies are not installed', async () => {
+    await unlink(join(dir, 'node_modules'))
+    const expected = { code: 1, output: 'cannot build: the dependencies are not installed (node_modules/.package-lock.json is missing): run npm ci\n' }
+    expect(await build()).toEqual(expected)
+    expect(await readFile('docs/troubleshooting.md', 'utf8'), 'docs/troubleshooting.md quotes it').toContain(`\n${expected.output}`)
+    // A failed npm ci leaves a node_modules without what it writes last.
+    await mkdir(join(dir, 'node_modules/typescript'), { recursive: true })
+    expect(await build()).toEqual(expected)
+    // npm ci --omit=dev, as the image's runtime stage runs it: complete, without the compiler.
+    await writeFile(join(dir, 'node_modules/.package-lock.json'), '{}')
+    expect(await build()).toEqual({ code: 1, output: 'cannot build: TypeScript is not installed (npm ci --omit=dev leaves it out): run npm ci\n' })
+  })
+
+  it('says so too before a command runs on a build left from before the dependencies went, not a stack trace', async () => {
+    expect((await build()).code).toBe(0)
+    await unlink(join(dir, 'node_modules'))
+    // What npm run check runs: the build when stale, then the command.
+    const result = await run('sh', ['-c', `"${process.execPath}" scripts/build.mjs --if-stale && "${process.execPath}" dist/cli/check.js`], { cwd: dir }).then(
+      ({ stdout, stderr }) => ({ code: 0, output: stdout + stderr }),
+      (error: { code: number, stdout: string, stderr: string }) => ({ code: error.code, output: error.stdout + error.stderr }))
+    expect(result).toEqual({ code: 1, output: 'cannot build: the dependencies are not installed (node_modules/.package-lock.json is missing): run npm ci\n' })
+  }, 120_000)
 
   it('runs a build that failed again, and says why again, rather than running what it left', async () => {
     const file = join(dir, 'src/truncate.ts')
