@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process'
 import { existsSync } from 'node:fs'
-import { mkdir, mkdtemp, rename, rm } from 'node:fs/promises'
+import { mkdir, mkdtemp, readFile, rename, rm } from 'node:fs/promises'
 import { createRequire } from 'node:module'
 import { homedir } from 'node:os'
 import { join } from 'node:path'
@@ -79,6 +79,23 @@ if (newest !== PINNED) {
   })
 }
 
+/**
+ * The README's table of the errors the SDK raises: one row per status, one column per operation, a class
+ * name or — where the operation never answers that status.
+ */
+async function readmeErrors () {
+  const lines = (await readFile('README.md', 'utf8')).split('\n')
+  const header = lines.findIndex((line) => line.startsWith('| Answer | `providers.list()`'))
+  const operations = lines[header]!.split('|').slice(2, -1).map((cell) => cell.trim().replaceAll('`', ''))
+  const rows = lines.slice(header + 2, lines.findIndex((line, i) => i > header && !line.startsWith('|')))
+  return rows.flatMap((row) => {
+    const [answer = '', ...classes] = row.split('|').slice(1, -1).map((cell) => cell.trim())
+    const status = Number(/^`(\d{3})`/.exec(answer)?.[1])
+    return classes.flatMap((cell, i) => cell === '—' ? [] : [{ operation: operations[i]!, status, class: cell.replaceAll('`', '') }])
+  })
+}
+const README_ERRORS = await readmeErrors()
+
 // A data set that exercises what a client can trip on: absent optional fields, nulls, negative
 // prices, OpenRouter's newer fields and an endpoint without them, a last page that is full (so the
 // pager must ask once more and get an empty page).
@@ -111,8 +128,8 @@ const data = makeData({
   ]
 })
 
-async function listen (directory: NonNullable<BuildOptions['snapshots']>) {
-  const app = build({ snapshots: directory })
+async function listen (directory: NonNullable<BuildOptions['snapshots']>, settings?: BuildOptions['settings']) {
+  const app = build({ snapshots: directory, settings })
   const address = await app.listen({ host: '127.0.0.1', port: 0 })
   return { app, serverURL: `${address}/v1` }
 }
@@ -169,46 +186,41 @@ describe.each(clients)('the official @openrouter/sdk client $which', ({ load }) 
     expect(seen).toStrictEqual(camelCased(members))
   })
 
-  it('raises UnauthorizedResponseError for an unknown key', async () => {
-    const error = await client('sk-or-v1-unknown').organization.listMembers().catch((e: unknown) => e)
-    expect(error).toBeInstanceOf(errors.UnauthorizedResponseError)
-    expect(error).toMatchObject({ statusCode: 401, error: { code: 401, message: 'Invalid API key' } })
-  })
-
-  it('raises NotFoundResponseError for a management key whose organization does not exist', async () => {
-    const error = await client(KEYS.orphanManagement).organization.listMembers().catch((e: unknown) => e)
-    expect(error).toBeInstanceOf(errors.NotFoundResponseError)
-    expect(error).toMatchObject({ statusCode: 404, error: { code: 404, message: 'Organization org_gone not found' } })
-  })
-
-  it('raises its generic error, with the status and our body, where it has no class of its own', async () => {
-    // A standard key on the member listing (403), and a missing key on the providers (401): the
-    // SDK declares no class for those statuses on those operations.
-    const calls = [
-      { call: () => client(KEYS.alphaStandard).organization.listMembers(), status: 403 },
-      { call: () => client('').providers.list(), status: 401 }
-    ]
-    for (const { call, status } of calls) {
-      const error = await call().catch((e: unknown) => e)
-      expect(error).toBeInstanceOf(errors.OpenRouterDefaultError)
-      expect((error as InstanceType<SdkErrors['OpenRouterDefaultError']>).statusCode).toBe(status)
-      expect(JSON.parse((error as InstanceType<SdkErrors['OpenRouterDefaultError']>).body)).toMatchObject({ error: { code: status } })
-    }
-  })
-
-  describe('when the server fails', () => {
-    let failing: Awaited<ReturnType<typeof listen>>
+  describe('errors, as the README\'s table says each operation raises them', () => {
+    const servers: Partial<Record<'failing' | 'limited' | 'stale', Awaited<ReturnType<typeof listen>>>> = {}
     beforeAll(async () => {
-      failing = await listen(failingSnapshots(data))
+      servers.failing = await listen(failingSnapshots(data))
+      servers.limited = await listen(snapshotsOf(data), { RATE_LIMIT_PER_MINUTE: 1, RATE_LIMIT_ANONYMOUS_PER_MINUTE: 1 })
+      // Data last confirmed an hour ago, past MAX_STALENESS_MS.
+      const stale = snapshotsOf(data)
+      stale.confirmed(Date.now() - 3_600_000)
+      servers.stale = await listen(stale, { MAX_STALENESS_MS: 60_000 })
     })
 
-    it('raises InternalServerResponseError from each of the three operations', async () => {
-      const sdk = client(KEYS.alphaManagement, failing.serverURL)
-      for (const call of [() => sdk.providers.list(), () => sdk.endpoints.listZdrEndpoints(), () => sdk.organization.listMembers()]) {
-        const error = await call().catch((e: unknown) => e)
-        expect(error).toBeInstanceOf(errors.InternalServerResponseError)
-        expect(error).toMatchObject({ statusCode: 500, error: { code: 500, message: 'Internal Server Error' } })
-      }
+    /** How a status is provoked: the key, and the server that answers it (the data's own by default). */
+    const provocations: Record<number, { key: string, server?: keyof typeof servers }> = {
+      401: { key: 'sk-or-v1-unknown' },
+      403: { key: KEYS.alphaStandard },
+      404: { key: KEYS.orphanManagement },
+      429: { key: KEYS.alphaManagement, server: 'limited' },
+      500: { key: KEYS.alphaManagement, server: 'failing' },
+      503: { key: KEYS.alphaManagement, server: 'stale' }
+    }
+
+    it.each(README_ERRORS)('$operation raises $class on $status', async ({ operation, status, class: name }) => {
+      const provocation = provocations[status]
+      expect(provocation, `no provocation of ${status}: add one`).toBeDefined()
+      const { key, server: which } = provocation!
+      const sdk = client(key, which === undefined ? server.serverURL : servers[which]!.serverURL)
+      const call = { 'providers.list()': () => sdk.providers.list(), 'endpoints.listZdrEndpoints()': () => sdk.endpoints.listZdrEndpoints(), 'organization.listMembers()': () => sdk.organization.listMembers() }[operation]!
+      // Over the limit: the same call once more.
+      if (status === 429) await call().catch(() => undefined)
+      const error = await call().catch((e: unknown) => e)
+      const errorClass = errors[name as keyof SdkErrors] as unknown as new (...args: never[]) => Error
+      expect(error).toBeInstanceOf(errorClass)
+      expect((error as { statusCode: number }).statusCode).toBe(status)
+      const body = name === 'OpenRouterDefaultError' ? JSON.parse((error as { body: string }).body) as { error: unknown } : { error: (error as { error: unknown }).error }
+      expect(body.error).toMatchObject({ code: status, message: expect.any(String) })
     })
   })
 })
