@@ -186,3 +186,22 @@ describe('GET /metrics, first scrape of a fresh server process', () => {
     }
   })
 })
+
+describe('the histograms, as docs/operations.md states their buckets', () => {
+  it('lists every histogram served, each with the upper bounds of its buckets', async () => {
+    const app = build()
+    await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
+    // A minor collection at least, so that the garbage collector's histogram has a series to show.
+    let garbage: unknown[] = []
+    for (let i = 0; i < 200_000; i++) garbage.push({ i })
+    garbage = []
+    const text = (await app.inject({ url: '/metrics' })).body
+    const served = Object.fromEntries([...text.matchAll(/^# TYPE (\S+) histogram$/gm)].map(([, name]) => [name!,
+      [...new Set(series(text, `${name}_bucket`).map((line) => /le="([^"]+)"/.exec(line)![1]!))].filter((le) => le !== '+Inf').map(Number)]))
+    expect(Object.keys(served).sort()).toEqual(['http_request_duration_seconds', 'nodejs_gc_duration_seconds'])
+    // Each histogram's row: `name` | histogram ... (`le` a, b, c) ...
+    const docs = readFileSync('docs/operations.md', 'utf8')
+    const stated = Object.fromEntries([...docs.matchAll(/^\| `(\w+)` \| histogram[^|]*\(`le` ([0-9., ]+)\)/gm)].map(([, name, bounds]) => [name!, bounds!.split(', ').map(Number)]))
+    expect(stated).toEqual(served)
+  })
+})
