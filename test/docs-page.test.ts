@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs'
-import { mkdir } from 'node:fs/promises'
+import { mkdir, readFile } from 'node:fs/promises'
 import { afterAll, describe, expect, it } from 'vitest'
 import { chromium, type Browser } from 'playwright-core'
 import Fastify from 'fastify'
@@ -112,6 +112,14 @@ describe('the reference page at /docs, in a real browser', () => {
     expect(await response?.headerValue('content-security-policy')).toContain("default-src 'self'")
     const operations = page.locator('.opblock')
     await operations.nth(2).waitFor()
+
+    // The service's name and version head the page, and its tab; no Fastify logo, no Explore bar.
+    const { version } = JSON.parse(await readFile('package.json', 'utf8')) as { version: string }
+    expect(await page.title()).toBe(`Model-gateway directory ${version}: API reference`)
+    expect(await page.locator('.topbar').count()).toBe(0)
+    expect(await page.locator('.download-url-input, .download-url-button').count()).toBe(0)
+    expect(await page.locator('img').count()).toBe(0)
+    expect((await page.locator('.info .title').textContent())?.replace(/\s+/g, ' ')).toMatch(new RegExp(`^Model-gateway directory ${version.replaceAll('.', '\\.')}\\b`))
     expect(await operations.count()).toBe(3)
     expect(await page.locator('.opblock-summary-path').allTextContents()).toEqual(['/providers', '/endpoints/zdr', '/organization/members'])
     expect(await page.locator('.opblock-summary-operation-id').allTextContents()).toEqual(['listProviders', 'listEndpointsZdr', 'listOrganizationMembers'])

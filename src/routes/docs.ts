@@ -1,6 +1,7 @@
 import Fastify, { type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest } from 'fastify'
 import errors from '../plugins/errors.js'
 import { compilersFactory } from '../schema-compilers.js'
+import { packageInfo } from '../package-info.js'
 
 /**
  * What the page may load: everything from this server, nothing from anywhere else (it works offline),
@@ -37,21 +38,32 @@ const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encodi
 const withoutConnectionHeaders = (headers: Record<string, string | string[] | number | undefined>) =>
   Object.fromEntries(Object.entries(headers).filter(([name, value]) => !CONNECTION_HEADERS.has(name) && value !== undefined)) as Record<string, string | string[]>
 
+/** An OpenAPI document, as far as the page reads it. */
+interface OpenapiObject {
+  info: { title: string, [field: string]: unknown }
+  [field: string]: unknown
+}
+
 /**
  * The page's own app: Swagger UI (its scripts, styles and images served from the package's own files,
  * nothing from a CDN), reading the document of the main app (plugins/openapi.ts), with our error answers.
  */
-export async function buildDocsApp (document: unknown): Promise<FastifyInstance> {
-  const [{ default: swagger }, { default: swaggerUi }] = await Promise.all([import('@fastify/swagger'), import('@fastify/swagger-ui')])
+export async function buildDocsApp (document: OpenapiObject): Promise<FastifyInstance> {
+  const [{ default: swagger }, { default: swaggerUi }, { version }] = await Promise.all([import('@fastify/swagger'), import('@fastify/swagger-ui'), packageInfo()])
   const docs = Fastify({ schemaController: { compilersFactory } })
   docs.register(errors)
   // The main app's document as it is (@fastify/swagger's static mode serves a document it is given).
   docs.register(swagger, { mode: 'static', specification: { document: document as never } })
   docs.register(swaggerUi, {
     routePrefix: PREFIX,
-    theme: { title: 'Model-gateway directory API' },
-    // The operation ids are the names SDK users know (listProviders...): show them.
-    uiConfig: { displayOperationId: true },
+    theme: { title: `${document.info.title} ${version}: API reference` },
+    uiConfig: {
+      // The operation ids are the names SDK users know (listProviders...): show them.
+      displayOperationId: true,
+      // Without Swagger UI's top bar (the Fastify logo, and an Explore bar that loads any document by its
+      // URL, which is not ours to offer): the page opens on the service's name and version.
+      layout: 'BaseLayout'
+    },
     staticCSP: CONTENT_SECURITY_POLICY
   })
   await docs.ready()
@@ -71,7 +83,7 @@ const docsPage: FastifyPluginAsync = async (app) => {
 
   async function answer (request: FastifyRequest, reply: FastifyReply) {
     // Built once, by whichever request comes first; built again if that failed.
-    docsApp ??= app.openapi.object().then(buildDocsApp).catch((error: unknown) => { docsApp = undefined; throw error })
+    docsApp ??= app.openapi.object().then((document) => buildDocsApp(document as OpenapiObject)).catch((error: unknown) => { docsApp = undefined; throw error })
     // HEAD is answered as GET: Fastify's HEAD route sends the headers of the GET answer without its body.
     // (A body sent with the request was read and dropped: none goes on.)
     const answer = await (await docsApp).inject({ method: 'GET', url: request.url, headers: withoutConnectionHeaders(request.headers) })
