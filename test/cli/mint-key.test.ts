@@ -38,6 +38,13 @@ describe('npm run key', () => {
     expect(server.output()).not.toContain(key)
   })
 
+  it('mints a management key for an organization the directory does not have, with a warning that it will get 404 on the member listing', async () => {
+    const { stdout, stderr } = await mintKey('--kind', 'management', '--org', 'org_nope', '--name', 'early', '--fixtures-dir', dir)
+    expect(stdout.trim()).toMatch(/^sk-or-v1-[0-9a-f]{64}$/)
+    expect(stderr.split('\n')[0]).toBe('warning: no organization org_nope in the directory; this key will get 404 on the member listing')
+    expect(JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8')).at(-1)).toMatchObject({ name: 'early', kind: 'management', organization_id: 'org_nope' })
+  })
+
   it('mints a different key every time', async () => {
     const a = await mintKey('--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'a', '--fixtures-dir', dir)
     const b = await mintKey('--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'b', '--fixtures-dir', dir)
