@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { promisify } from 'node:util'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { PATIENCE_MS } from './patience.js'
 
 const run = promisify(execFile)
 
@@ -66,7 +67,7 @@ describe('node scripts/build.mjs --if-stale (what npm start, npm run key, check,
       ({ stdout, stderr }) => ({ code: 0, output: stdout + stderr }),
       (error: { code: number, stdout: string, stderr: string }) => ({ code: error.code, output: error.stdout + error.stderr }))
     expect(result).toEqual({ code: 1, output: 'cannot build: the dependencies are not installed (node_modules/.package-lock.json is missing): run npm ci\n' })
-  }, 120_000)
+  })
 
   it('runs a build that failed again, and says why again, rather than running what it left', async () => {
     const file = join(dir, 'src/truncate.ts')
@@ -81,14 +82,14 @@ describe('node scripts/build.mjs --if-stale (what npm start, npm run key, check,
 
 describe('scripts/bench.mjs (npm run bench)', () => {
   it('answers --help with what it measures and its settings, and measures nothing', async () => {
-    const { stdout, stderr } = await run(process.execPath, ['scripts/bench.mjs', '--help'], { timeout: 15_000 })
+    const { stdout, stderr } = await run(process.execPath, ['scripts/bench.mjs', '--help'], { timeout: PATIENCE_MS })
     expect(stderr).toBe('')
     expect(stdout).toContain('usage: npm run bench\n')
     expect(stdout).toContain('BENCH_OUTPUT')
   })
 
   it('refuses an option it does not take, in one line that points to --help, exit 2', async () => {
-    const error = await run(process.execPath, ['scripts/bench.mjs', '--quick'], { timeout: 15_000 }).catch((e: { code: number, stdout: string, stderr: string }) => e)
+    const error = await run(process.execPath, ['scripts/bench.mjs', '--quick'], { timeout: PATIENCE_MS }).catch((e: { code: number, stdout: string, stderr: string }) => e)
     expect(error).toMatchObject({ code: 2, stdout: '', stderr: "unknown option '--quick'; see npm run bench -- --help\n" })
   })
 })

@@ -4,6 +4,7 @@ import { cp, mkdtemp, readdir, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it, onTestFinished } from 'vitest'
+import { PATIENCE_MS } from './patience.js'
 
 // .ci/run from a folder of its own, holding nothing else: were it to run CI instead of answering, it
 // would run npm ci there, never in this checkout (whose node_modules the other tests use).
@@ -25,7 +26,7 @@ async function ciRun (...args: string[]) {
   void exit.then(() => { running = false })
   const stop = () => { if (running) process.kill(-child.pid!, 'SIGKILL') }
   onTestFinished(stop)
-  const timer = setTimeout(stop, 15_000)
+  const timer = setTimeout(stop, PATIENCE_MS)
   const [code] = await exit
   clearTimeout(timer)
   return { code, stdout, stderr }

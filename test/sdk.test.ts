@@ -147,7 +147,7 @@ describe.each(clients)('the official @openrouter/sdk client $which', ({ load }) 
     OpenRouter = loaded.sdk.OpenRouter
     errors = loaded.errors
     server = await listen(snapshotsOf(data))
-  }, 120_000)
+  })
 
   it('providers.list() answers every provider of the data, field by field', async () => {
     const res = await client(KEYS.alphaStandard).providers.list()

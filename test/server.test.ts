@@ -8,6 +8,7 @@ import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../src/config.js'
 import { BUNDLED_MANAGEMENT_KEY, failToStart, startServer } from './process.js'
+import { PATIENCE_MS } from './patience.js'
 import { startRedis, type RedisServer } from './redis.js'
 
 
@@ -208,7 +209,7 @@ describe('settings spelt wrong', () => {
  * Runs `command` with `args` in its own process group, and kills the whole group (npm and what it
  * started) if it has not exited within `ms`: a server started by mistake never outlives the test.
  */
-async function runBounded (command: string, args: string[], ms = 10_000) {
+async function runBounded (command: string, args: string[], ms = PATIENCE_MS) {
   const child = spawn(command, args, { detached: true, env: { PATH: process.env.PATH ?? '', PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'] })
   const exit = once(child, 'exit') as Promise<[number | null, string | null]>
   let running = true
