@@ -1,5 +1,5 @@
 import pg from 'pg'
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest'
 import { copyRows, type TextRow } from '../../../src/repositories/sources/copy-rows.js'
 import { startPostgres, type PostgresServer } from '../../postgres.js'
 
@@ -38,6 +38,23 @@ describe('copyRows', () => {
     expect(batches).toBeGreaterThan(1)
     expect(rows).toEqual((await client.query({ text: query, rowMode: 'array' })).rows)
     expect(rows.at(-1)![0]).toHaveLength(500_000)
+  })
+
+  it('reads a value of 50 MB, cut into hundreds of chunks, copying it a few times at most', async () => {
+    // A row is joined from its chunks once they hold it, not at every chunk: some 20 GB were copied
+    // for this one value, and a whole read ran into the statement timeout.
+    const concat = vi.spyOn(Buffer, 'concat')
+    try {
+      const { rows } = await all("SELECT 'a', repeat('x', 50000000), 'b'")
+      expect(rows).toHaveLength(1)
+      expect(rows[0]![0]).toBe('a')
+      expect(rows[0]![1]).toHaveLength(50_000_000)
+      expect(rows[0]![2]).toBe('b')
+      const copied = concat.mock.results.reduce((sum, { value }) => sum + (value as Buffer).length, 0)
+      expect(copied).toBeLessThan(3 * 50_000_000)
+    } finally {
+      concat.mockRestore()
+    }
   })
 
   it('reads no rows from an empty result', async () => {
