@@ -283,7 +283,7 @@ describe('the lines a server on PostgreSQL writes, as the docs quote them', () =
 
   it('on a database without the schema, then on the bundled data: the start line and the refused changes', async () => {
     const { code, output } = await failToStart({ DATABASE_URL: url })
-    const schema = 'cannot start: the database schema is at version none, this build needs 6: run npm run db -- migrate'
+    const schema = 'cannot start: the database schema is at version none, this build needs 7: run npm run db -- migrate'
     expect({ code, output: output.trim() }).toEqual({ code: 1, output: schema })
     for (const page of ['docs/postgresql.md', 'docs/troubleshooting.md']) await expectQuoted(page, schema)
 

@@ -89,6 +89,24 @@ export function validateRecords<K extends RecordKind> (kind: K, value: unknown, 
  */
 const fastChecks: { readonly [K in RecordKind]?: (value: unknown) => boolean } = { keys: isApiKey }
 
+/**
+ * The most bytes a valid value of a field takes in UTF-8, by its schema's own limits: 3 a UTF-16 code
+ * unit of its maxLength (a code unit takes 3 bytes at most, and the two of a surrogate pair 4), the
+ * longest of its literals, the largest of a union's branches (null takes none). Undefined where the
+ * schema sets no limit. What reads a value before it is checked (PostgreSQL's rows) leaves a longer one
+ * unread: whatever it holds, the schema refuses it.
+ */
+export function maxBytes (schema: TSchema): number | undefined {
+  if (Array.isArray(schema.anyOf)) {
+    const branches = (schema.anyOf as TSchema[]).map(maxBytes)
+    return branches.some((bytes) => bytes === undefined) ? undefined : Math.max(...branches as number[])
+  }
+  if (typeof schema.const === 'string') return Buffer.byteLength(schema.const)
+  if (schema.type === 'null') return 0
+  if (schema.type === 'string' && typeof schema.maxLength === 'number') return 3 * schema.maxLength
+  return undefined
+}
+
 /** What is wrong with record `index` of a kind (`[5].field: problem`); undefined when it is valid. */
 export function recordProblem (kind: RecordKind, value: unknown, index: number): string | undefined {
   const checker = recordCheckers[kind]

@@ -16,7 +16,8 @@ export const KEY_KINDS = ['standard', 'management'] as const
 export const ApiKeySchema = Type.Object({
   // Held as UTF-8 (key-table.ts), which cannot hold a lone surrogate.
   name: Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX, format: WELL_FORMED_FORMAT }),
-  sha256: Type.String({ pattern: '^[0-9a-f]{64}$', description: 'SHA-256 of the key, lowercase hex; the key itself is never stored' }),
+  // The pattern says 64 characters; the length says it too, for what bounds a value before it reads it (sources/postgres.ts).
+  sha256: Type.String({ maxLength: 64, pattern: '^[0-9a-f]{64}$', description: 'SHA-256 of the key, lowercase hex; the key itself is never stored' }),
   kind: Type.Union(KEY_KINDS.map((kind) => Type.Literal(kind))),
   organization_id: Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX }),
   // From this instant on the key answers 401; absent or null, it never expires.

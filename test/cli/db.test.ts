@@ -51,15 +51,15 @@ async function query (sql: string, values: unknown[] = []) {
 
 describe('npm run db -- migrate', () => {
   it('creates the schema, then finds nothing left to do', async () => {
-    expect((await db(url, 'migrate')).stderr).toContain('applied version 1, 2, 3, 4, 5, 6')
+    expect((await db(url, 'migrate')).stderr).toContain('applied version 1, 2, 3, 4, 5, 6, 7')
     expect((await db(url, 'migrate')).stderr).toContain('is up to date')
     const { rows } = await query('SELECT version FROM schema_migrations')
-    expect(rows).toEqual([{ version: 1 }, { version: 2 }, { version: 3 }, { version: 4 }, { version: 5 }, { version: 6 }])
+    expect(rows).toEqual([{ version: 1 }, { version: 2 }, { version: 3 }, { version: 4 }, { version: 5 }, { version: 6 }, { version: 7 }])
   })
 
   it('is safe when several replicas or Jobs run it at once', async () => {
     const results = await Promise.all(Array.from({ length: 4 }, () => db(url, 'migrate')))
-    expect(results.filter(({ stderr }) => stderr.includes('applied version 1, 2, 3, 4, 5, 6'))).toHaveLength(1)
+    expect(results.filter(({ stderr }) => stderr.includes('applied version 1, 2, 3, 4, 5, 6, 7'))).toHaveLength(1)
     expect(results.filter(({ stderr }) => stderr.includes('is up to date'))).toHaveLength(3)
   })
 })
@@ -221,7 +221,7 @@ describe('npm run db', () => {
     await writeData(dir, makeData())
     await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({
       code: 1,
-      stderr: 'the database schema is at version none, this build needs 6: run npm run db -- migrate\n'
+      stderr: 'the database schema is at version none, this build needs 7: run npm run db -- migrate\n'
     })
   })
 })

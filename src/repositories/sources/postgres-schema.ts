@@ -410,7 +410,30 @@ $$;
 -- change to follow when it comes. Null: it never expires. A change of it is logged like any other.
 ALTER TABLE keys ADD COLUMN expires_at timestamptz;
 `
+}, {
+  version: 7,
+  name: 'bounds a replica reads with',
+  sql: String.raw`
+${listBytesSql('providers')}
+${listBytesSql('endpoints')}
+`
 }]
+
+/**
+ * The size of each document of a list's table, in bytes, in a column computed as it is written: a
+ * replica leaves a document past its bound unread (sources/postgres.ts). json keeps no length apart
+ * from its text, and octet_length(document::text) would read and copy the whole document at every
+ * read; a stored column costs that once, to its writer. Added where it is missing: a column already
+ * there takes no lock.
+ */
+function listBytesSql (kind: RecordKind): string {
+  const { table } = KINDS[kind]
+  return `DO $$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '${table}'::regclass AND attname = 'document_bytes' AND NOT attisdropped) THEN
+    ALTER TABLE ${table} ADD COLUMN document_bytes bigint GENERATED ALWAYS AS (octet_length(document::text)) STORED;
+  END IF;
+END $$;`
+}
 
 /**
  * The table of a kind served as a whole list: each record the JSON document a file holds (json
@@ -464,6 +487,7 @@ export async function migrate (client: pg.ClientBase, target = SCHEMA_VERSION): 
     }
     // A list kind registered since the last migration gets its table.
     if (target >= 4) for (const kind of LIST_KINDS) await client.query(listTableSql(kind))
+    if (target >= 7) for (const kind of LIST_KINDS) await client.query(listBytesSql(kind))
     await client.query('COMMIT')
     return pending.map((migration) => migration.version)
   } catch (error) {

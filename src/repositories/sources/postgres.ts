@@ -2,14 +2,16 @@ import { randomUUID } from 'node:crypto'
 import net from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { DataError, KINDS, RECORD_KINDS, assertUnique, memberProblem, recordProblem, type Organization, type RecordKind } from '../records.js'
+import type { TObject, TSchema } from '@sinclair/typebox'
+import { DataError, KINDS, RECORD_KINDS, assertUnique, maxBytes, memberProblem, recordProblem, type Organization, type RecordKind } from '../records.js'
 import { createSlicer } from '../slices.js'
 import { MemberList, MemberListBuilder } from '../member-list.js'
 import { KeyTableBuilder } from '../key-table.js'
 import { quoteValue } from '../../schemas/describe-error.js'
 import { backoff, type Batch, type Change, type FollowMode, type ReadRequest, type Refusal, type Source, type SourceEvents } from '../source.js'
-import type { ApiKey } from '../../schemas/fixtures.js'
-import type { Member } from '../../schemas/member.js'
+import { ApiKeySchema, OrganizationSchema, type ApiKey } from '../../schemas/fixtures.js'
+import { MemberSchema, type Member } from '../../schemas/member.js'
+import { MAX_FILE_BYTES } from '../json-file.js'
 import { CHANNEL, checkSchema } from './postgres-schema.js'
 import { copyRows } from './copy-rows.js'
 
@@ -152,20 +154,73 @@ function rowMessage (problem: string, table: string, row: string): string {
 type Refusals = Map<string, string>
 
 /**
+ * Text columns of a table read with their bounds (maxBytes of their fields): a value past its bound
+ * stays in the database, and its record is refused. octet_length is the length PostgreSQL keeps with
+ * a value, read without the value, however large: a value of 50 MB held every whole read of its
+ * table past the statement timeout, and one of 600 MB made a string no replica could hold. The column
+ * that names a row (`naming`) gives the start of such a value instead, to name it by: longer than the
+ * bound too, it is no valid name, and is never taken for one served.
+ */
+function boundedColumns (schema: TSchema, columns: readonly string[], naming: string) {
+  const bounds = columns.map((column) => [column, boundOf(schema, column)] as const)
+  return {
+    /** The columns, each null past its bound (the naming one, its start). */
+    select: bounds.map(([column, bytes]) =>
+      `CASE WHEN octet_length(${column}) <= ${bytes} THEN ${column}${column === naming ? ` ELSE left(${column}, ${bytes + 1})` : ''} END`).join(', '),
+    /** The first value past its bound, as `field bytes limit`; null when none is. */
+    over: `coalesce(${bounds.map(([column, bytes]) =>
+      `CASE WHEN octet_length(${column}) > ${bytes} THEN '${column} ' || octet_length(${column}) || ' ${bytes}' END`).join(', ')})`
+  }
+}
+
+/** The most bytes a valid value of a field of a record takes (maxBytes): every field a read takes has a bound. */
+function boundOf (schema: TSchema, field: string): number {
+  const bytes = maxBytes((schema as TObject).properties[field]!)
+  if (bytes === undefined) throw new Error(`${field}: its schema sets no limit to bound its reads by`)
+  return bytes
+}
+
+/** What is wrong with a value left unread: `field: 50000000 bytes, over the limit of 768 (not read)`. */
+function unread (field: string, bytes: number | string, limit: number | string) {
+  return `${field}: ${bytes} bytes, over the limit of ${limit} (not read)`
+}
+
+/** A bounded read's `over` column as a problem, or undefined when every value was read. */
+const overProblem = (over: string | null | undefined) => {
+  if (over === null || over === undefined) return undefined
+  const [field = '', bytes = '', limit = ''] = over.split(' ')
+  return unread(field, bytes, limit)
+}
+
+/**
+ * The largest document a list's row is read with: the largest data file (json-file.ts), the most
+ * one record of a file can take. Its size is the row's generated column document_bytes (schema 7),
+ * written with the document: json has no length PostgreSQL keeps apart from its text.
+ */
+const DOCUMENT_MAX_BYTES = MAX_FILE_BYTES
+
+/** As many characters of a list's key a read takes to name a row whose document it leaves unread: more than a message quotes. */
+const NAME_CHARS = 200
+
+/**
  * A kind served as a whole list: every document of its table, in list order, validated with the
  * kind's compiled schema, as a file's records are. A bad one refuses the list, naming its row.
  */
 async function readList (client: pg.ClientBase, kind: RecordKind): Promise<Change> {
-  const { table, key } = KINDS[kind]
-  const { rows } = await client.query<{ id: number, document: unknown }>(`SELECT id, document FROM ${table} ORDER BY position, id`)
+  const { table, key, unique } = KINDS[kind]
+  // A unique field is a column of its own, which names a row whose document is left unread.
+  const named = key !== undefined && (unique as readonly string[]).includes(key) ? key : undefined
+  const { rows } = await client.query<{ id: number, name: string | null, bytes: number, document: unknown }>(`SELECT id,
+      ${named === undefined ? 'NULL' : `left(${named}, ${NAME_CHARS})`} AS name, document_bytes AS bytes,
+      CASE WHEN document_bytes <= ${DOCUMENT_MAX_BYTES} THEN document END AS document
+    FROM ${table} ORDER BY position, id`)
   const slicer = createSlicer()
   const records: unknown[] = []
-  for (const [index, { id, document }] of rows.entries()) {
+  for (const [index, { id, name, bytes, document }] of rows.entries()) {
+    const row = name === null ? `id ${id}` : `${key} ${quoteValue(name)}`
+    if (document === null) throw new DataError(`table ${table}, row ${row}: ${unread('document', bytes, DOCUMENT_MAX_BYTES)}`)
     const problem = recordProblem(kind, document, index)
-    if (problem !== undefined) {
-      const named = key === undefined ? undefined : (document as Record<string, unknown> | null)?.[key]
-      throw new DataError(rowMessage(problem, table, typeof named === 'string' ? `${key} ${quoteValue(named)}` : `id ${id}`))
-    }
+    if (problem !== undefined) throw new DataError(rowMessage(problem, table, row))
     records.push(document)
     if (slicer.due()) await slicer.pause()
   }
@@ -186,13 +241,16 @@ function textArray (client: pg.ClientBase, values: readonly string[]): string {
   return `ARRAY[${values.map((value) => client.escapeLiteral(value)).join(',')}]::text[]`
 }
 
+/** The key columns a read takes, bounded; a key's expiry is a timestamptz, of a size of its own. */
+const KEY_COLUMNS = boundedColumns(ApiKeySchema, ['name', 'sha256', 'kind', 'organization_id'], 'name')
+
 /**
  * Keys, all or those of these names, validated; a bad row is refused alone. Every key is built
  * into a KeyTable as it is read (key-table.ts): never a million objects at once.
  */
 async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'): Promise<Change<'keys'>> {
   // An expiry as RFC 3339 text, in UTC (the transaction's TimeZone), as a file holds it.
-  const columns = "SELECT name, sha256, kind, organization_id, to_json(expires_at) #>> '{}' FROM keys"
+  const columns = `SELECT ${KEY_COLUMNS.select}, to_json(expires_at) #>> '{}', ${KEY_COLUMNS.over} FROM keys`
   const refused: Refusals = new Map()
   // Sized once for the rows PostgreSQL expects, instead of growing from nothing.
   const table = names === 'all' ? new KeyTableBuilder('table keys', await estimatedKeys(client)) : undefined
@@ -201,11 +259,12 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
   // In no order: a key table has none, and reading the table in its own order spares an index scan.
   const query = names === 'all' ? columns : `${columns} WHERE name = ANY(${textArray(client, names)})`
   for await (const rows of copyRows(client, query)) {
-    for (const [name, sha256, kind, organization, expiresAt] of rows as Array<Array<string | null>>) {
+    for (const [name, sha256, kind, organization, expiresAt, over] of rows as Array<Array<string | null>>) {
       const key: ApiKey = { name: name!, sha256: sha256!, kind: kind as ApiKey['kind'], organization_id: organization! }
       // In UTC (the transaction's TimeZone): `+00:00` written `Z`, as the files and the key table write it.
       if (expiresAt !== null && expiresAt !== undefined) key.expires_at = expiresAt.replace(/\+00:00$/, 'Z')
-      const problem = recordProblem('keys', key, index++)
+      const problem = overProblem(over) ?? recordProblem('keys', key, index)
+      index++
       if (problem !== undefined) refused.set(name!, rowMessage(problem, 'keys', `name ${quoteValue(name)}`))
       else if (table !== undefined) table.add(key)
       else found.push(key)
@@ -229,8 +288,16 @@ async function estimatedKeys (client: pg.ClientBase): Promise<number | undefined
   return estimate > 0 && estimate <= ESTIMATE_TRUSTED ? estimate : undefined
 }
 
-/** A member row, in array mode: organization_id, id, email, first_name, last_name, role. */
-const MEMBER_COLUMNS = 'organization_id, id, email, first_name, last_name, role'
+/** An organization's columns and a member's, bounded; a member's organization id is bounded by the rows read. */
+const ORGANIZATION_COLUMNS = boundedColumns(OrganizationSchema, ['id', 'name'], 'id')
+const MEMBER_FIELDS = boundedColumns(MemberSchema, ['id', 'email', 'first_name', 'last_name', 'role'], 'id')
+/** A member row, in array mode: organization_id, id, email, first_name, last_name, role, and what was left unread. */
+const MEMBER_COLUMNS = `organization_id, ${MEMBER_FIELDS.select}, ${MEMBER_FIELDS.over}`
+/**
+ * The members of organizations whose ids are within their bound: one past it is refused on its own
+ * row, and its members are never read.
+ */
+const MEMBER_ROWS = `members WHERE octet_length(organization_id) <= ${boundOf(OrganizationSchema, 'id')}`
 const PAGE_ORDER = 'ORDER BY organization_id, position, id'
 
 /**
@@ -245,9 +312,10 @@ async function readOrganizations (client: pg.ClientBase, ids: readonly string[] 
   const named = ids === 'all' ? undefined : textArray(client, ids)
   const only = (column: string) => named === undefined ? '' : `WHERE ${column} = ANY(${named})`
   let rows = 0
-  for await (const batch of copyRows(client, `SELECT id, name FROM organizations ${only('id')} ORDER BY position, id`)) {
-    for (const [id, name] of batch as Array<[string, string]>) {
-      const problem = recordProblem('organizations', { id, name, members: [] }, rows++)
+  for await (const batch of copyRows(client, `SELECT ${ORGANIZATION_COLUMNS.select}, ${ORGANIZATION_COLUMNS.over} FROM organizations ${only('id')} ORDER BY position, id`)) {
+    for (const [id, name, over] of batch as Array<[string, string, string | null]>) {
+      const problem = overProblem(over) ?? recordProblem('organizations', { id, name, members: [] }, rows)
+      rows++
       if (problem === undefined) names.set(id, name)
       else refused.set(id, rowMessage(problem, 'organizations', `id ${quoteValue(id)}`))
     }
@@ -262,7 +330,7 @@ async function readOrganizations (client: pg.ClientBase, ids: readonly string[] 
     list = undefined
   }
   const slicer = createSlicer()
-  for await (const batch of copyRows(client, `SELECT ${MEMBER_COLUMNS} FROM members ${only('organization_id')} ${PAGE_ORDER}`)) {
+  for await (const batch of copyRows(client, `SELECT ${MEMBER_COLUMNS} FROM ${MEMBER_ROWS} ${named === undefined ? '' : `AND organization_id = ANY(${named})`} ${PAGE_ORDER}`)) {
     rows += batch.length
     for (const row of batch) {
       const organization = row[0]!
@@ -273,8 +341,8 @@ async function readOrganizations (client: pg.ClientBase, ids: readonly string[] 
       }
       if (refused.has(organization)) continue
       const member = { id: row[1]!, email: row[2]!, first_name: row[3]!, last_name: row[4]!, role: row[5] as Member['role'] }
-      const problem = memberProblem(member, 0, 0)
-      if (problem !== undefined) refused.set(organization, rowMessage(problem.replace(/^\[0\]\.members\[0\]\.?/, ''), 'members', `organization_id ${quoteValue(organization)}, id ${quoteValue(member.id)}`))
+      const problem = overProblem(row[6]) ?? memberProblem(member, 0, 0)?.replace(/^\[0\]\.members\[0\]\.?/, '')
+      if (problem !== undefined) refused.set(organization, rowMessage(problem, 'members', `organization_id ${quoteValue(organization)}, id ${quoteValue(member.id)}`))
       else {
         try {
           list!.add(member)
@@ -298,6 +366,9 @@ async function readOrganizations (client: pg.ClientBase, ids: readonly string[] 
 }
 
 const EMPTY = MemberList.of([])
+
+/** The longest name of a record, by the bounds of the kinds' keys, that the change log's entries are read with. */
+const NAME_MAX_BYTES = Math.max(...RECORD_KINDS.filter((kind) => KINDS[kind].held !== 'list').map((kind) => boundOf(KINDS[kind].schema, KINDS[kind].key!)))
 
 /** The kind whose records a table's change-log entries name: a member's change is its organization's. */
 const KIND_OF_TABLE = new Map<string, RecordKind>([...RECORD_KINDS.map((kind) => [KINDS[kind].table, kind] as const), ['members', 'organizations']])
@@ -596,12 +667,15 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
     if (older) return { position: since, horizon: horizonOf(since), changes: [] }
     if (trimmed) return await listAll(client, position, `the change log was trimmed past the position ${since}`)
     if (!changed) return { position, horizon: horizonOf(position), changes: [] }
+    // Bounded as the records' rows are (a writer may append to the log): a table's name is at most
+    // 63 bytes (NAMEDATALEN), and a name past its kind's bound names no record that can be served.
     const { rows } = await client.query<Pending>(`WITH pending AS (
-        SELECT table_name, names, written_at FROM directory_changes WHERE ${PAST_POSITION}
+        SELECT table_name, names, written_at FROM directory_changes WHERE ${PAST_POSITION} AND octet_length(table_name) <= 63
       )
       SELECT table_name, count(*) AS entries, extract(epoch FROM now() - min(written_at)) AS age,
-        CASE WHEN bool_or(names IS NULL) THEN NULL ELSE (SELECT array_agg(name) FROM (
-          SELECT DISTINCT name FROM pending AS named, unnest(named.names) AS name WHERE named.table_name = pending.table_name LIMIT ${NAMED_MAX + 1}
+        CASE WHEN bool_or(names IS NULL) THEN NULL ELSE (SELECT coalesce(array_agg(name), '{}') FROM (
+          SELECT DISTINCT name FROM pending AS named, unnest(named.names) AS name
+            WHERE named.table_name = pending.table_name AND octet_length(name) <= ${NAME_MAX_BYTES} LIMIT ${NAMED_MAX + 1}
         ) AS distinct_names) END AS names
       FROM pending GROUP BY table_name`, [snapshot, seen])
     if (rows.length > 0) {
@@ -618,7 +692,8 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
         named.set(kind, held.size > NAMED_MAX ? 'all' : held)
       }
     }
-    const requests = RECORD_KINDS.filter((kind) => named.has(kind)).map((kind) => {
+    // A kind whose entries named only names past their bound has none to read.
+    const requests = RECORD_KINDS.filter((kind) => { const names = named.get(kind); return names === 'all' || (names?.size ?? 0) > 0 }).map((kind) => {
       const names = named.get(kind)!
       return { kind, keys: names === 'all' ? 'all' as const : [...names] }
     })
