@@ -275,7 +275,7 @@ function snapshotMetrics (registry: Registry, snapshots: Snapshots, maxStaleness
   })
   new Counter({
     name: 'directory_changes_total',
-    help: 'Changes of each kind since start: installed (succeeded) or refused, the last good records serving on (failed)',
+    help: 'Changes of each kind since start: installed (succeeded) or refused (failed: a file keeps its last good records, a record refused alone in PostgreSQL is not served)',
     labelNames: ['kind', 'outcome'] as const,
     registers: [registry],
     collect () {

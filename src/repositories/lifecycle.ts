@@ -1,6 +1,6 @@
 import { KINDS, RECORD_KINDS, type RecordKind } from './records.js'
 import { applyChange, compactIndex, createSnapshot, withRecords, type KeyedKind, type Index, type RecordCounts, type Snapshot } from './snapshot.js'
-import { backoff, readWhole, type Batch, type Change, type FollowMode, type Source } from './source.js'
+import { backoff, readWhole, type Batch, type Change, type FollowMode, type RecordRefusal, type Source } from './source.js'
 import { quoteValue } from '../schemas/describe-error.js'
 
 /** Wake-ups within this time of the first are one read: a burst of statements, or a flood of NOTIFY, costs a read at most this often. */
@@ -8,6 +8,9 @@ const WAKE_DELAY_MS = 5
 
 /** A failed read is tried again after 100 ms, then twice as long each time, up to this. */
 const MAX_BACKOFF_MS = 5000
+
+/** Records refused one by one are logged each, up to this many a read; the others in one line that counts them. */
+const REFUSALS_LOGGED = 100
 
 /** What the logs, /metrics and the tests learn of the data served. */
 export interface SnapshotInfo {
@@ -72,8 +75,10 @@ function describe (change: Change): string {
  * position of the source, installed as one snapshot: every snapshot served is a state the source
  * had, and none is older than the one before. The order is the source's (PostgreSQL's transactions):
  * no lane, hold or timer decides it. A refused kind keeps its last good records while the others'
- * changes go in. A change makes a new snapshot that shares everything it did not touch; the
- * snapshot's indexes fold their overlays into new bases off to the side (compaction).
+ * changes go in; a record refused alone (a bad row among good ones) is not served, on every replica
+ * alike, whenever it started: a key "disabled" with a value its schema refuses answers 401 at once.
+ * A change makes a new snapshot that shares everything it did not touch; the snapshot's indexes fold
+ * their overlays into new bases off to the side (compaction).
  */
 export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEveryMs?: number | undefined } = {}) {
   let current: Snapshot | undefined
@@ -103,6 +108,8 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
   const compacting = new Map<RecordKind, Set<string>>()
   /** Whole reads installed since start, by kind: a compaction of an index a whole read replaced is dropped. */
   const wholeInstalls = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, 0])) as Record<RecordKind, number>
+  /** The records the first list refused one by one, logged once there is a log to tell. */
+  let refusedAtStart: RecordRefusal[] = []
 
   const snapshot = () => {
     if (current === undefined) throw new Error('the data is not loaded yet')
@@ -151,8 +158,8 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
   }
 
   /**
-   * Installs a batch as one snapshot: each kind refused keeps its last good records (and a record
-   * refused alone its last good version), the others go in; then the position moves to the batch's.
+   * Installs a batch as one snapshot: each kind refused keeps its last good records (a record refused
+   * alone is left out), the others go in; then the position moves to the batch's.
    */
   async function install (batch: Batch) {
     // Never back to an older state (a standby behind the one read before, a reload through it): kept for later.
@@ -184,7 +191,8 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
   /**
    * Makes ready to install a change read: reports its records refused one by one, and answers what
    * makes its index once it is installed, on the snapshot being made then (with no turn of the event
-   * loop in between, so that a compaction installed meanwhile is not lost).
+   * loop in between, so that a compaction installed meanwhile is not lost). A record refused alone is
+   * not served: a whole read leaves it out, a read by name takes it out.
    */
   async function prepare (read: Change): Promise<Ready> {
     const { kind } = read
@@ -192,24 +200,32 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
     const refused = read.refused ?? new Map<string, string>()
     if (refused.size > 0) {
       changes[kind].failed++
-      for (const problem of [...refused.values()].slice(0, 5)) {
-        log?.error({ change, kind, problem }, `change refused: ${kind} keeps the last good version of the record, its other records follow their changes`)
-      }
+      reportRefused(kind, change, refused.values())
     }
     if ('upsert' in read && isKeyed(kind)) {
-      return { kind, change, rowsRead: read.rowsRead, finish: (next) => namedIndex(kind, next.indexes[kind], read.upsert as never, read.remove) }
+      const remove = refused.size === 0 ? read.remove : [...read.remove, ...refused.keys()]
+      return { kind, change, rowsRead: read.rowsRead, finish: (next) => namedIndex(kind, next.indexes[kind], read.upsert as never, remove) }
     }
     const index = await applyChange(snapshot().indexes[kind], read)
     return {
       kind,
       change,
       rowsRead: read.rowsRead,
-      finish (next) {
+      finish () {
         wholeInstalls[kind]++
-        // Records refused one by one keep the version served.
-        if (!isKeyed(kind) || refused.size === 0) return index
-        return carryOver(index as Index<KeyedKind>, next.indexes[kind], refused.keys())
+        return index
       }
+    }
+  }
+
+  /** Logs records refused one by one: each, up to REFUSALS_LOGGED, then how many more. */
+  function reportRefused (kind: RecordKind, change: string, problems: Iterable<string>) {
+    let count = 0
+    for (const problem of problems) {
+      if (++count <= REFUSALS_LOGGED) log?.error({ change, kind, problem }, `change refused: the record is not served, the other ${kind} follow their changes`)
+    }
+    if (count > REFUSALS_LOGGED) {
+      log?.error({ change, kind, refused: count }, `change refused: ${count - REFUSALS_LOGGED} more records of ${kind} are not served, their problems not logged one by one`)
     }
   }
 
@@ -277,11 +293,17 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
   }
 
   return {
-    /** Lists every kind whole; throws (a DataError naming where, record and field) when one is bad. */
+    /**
+     * Lists every kind whole; throws (a DataError naming where, record and field) when a kind is
+     * refused whole (a bad file: a deploy artifact fails fast). Records refused one by one (bad rows
+     * in PostgreSQL) are left out and counted, and logged once the changes are followed.
+     */
     async load () {
       const started = Date.now()
-      const { batch, wholes } = await readWhole(source)
+      const { batch, wholes, refused } = await readWhole(source)
       confirmedAt = started
+      refusedAtStart = refused
+      for (const kind of new Set(refused.map((refusal) => refusal.kind))) changes[kind].failed++
       current = await createSnapshot(wholes, ++version)
       position = batch.position
       horizon = batch.horizon
@@ -290,6 +312,11 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
     /** Follows the source's changes from the position listed, reporting to `logger`; resolves once the source knows how it follows. */
     async follow (logger: LifecycleLog) {
       log = logger
+      for (const kind of RECORD_KINDS) {
+        const problems = refusedAtStart.filter((refusal) => refusal.kind === kind).map((refusal) => refusal.problem)
+        if (problems.length > 0) reportRefused(kind, `${kind}: listed at start`, problems)
+      }
+      refusedAtStart = []
       if (confirmEveryMs !== undefined) {
         confirming = setInterval(() => want('changes'), confirmEveryMs)
         confirming.unref()

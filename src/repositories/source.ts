@@ -26,7 +26,7 @@ export type Change<K extends RecordKind = RecordKind> = (
 ) & {
   /**
    * Records refused one by one (a bad row among good ones), by key, each with what is wrong with
-   * it (naming table, row and field): left out of the change, they keep the version served.
+   * it (naming table, row and field): left out of the change, and out of what is served.
    */
   readonly refused?: ReadonlyMap<string, string>
   /** The rows the read took from the source, when it counts them: what the change cost. */
@@ -94,23 +94,32 @@ export interface Source {
   close(): Promise<void>
 }
 
-/** Every kind listed whole at one position; throws a DataError when any record is refused. */
-export async function readWhole (source: Source): Promise<{ batch: Batch, wholes: { [K in RecordKind]: Whole<K> } }> {
-  const batch = await source.list()
-  const wholes: Partial<Record<RecordKind, unknown>> = {}
-  for (const read of batch.changes) {
-    if ('error' in read) throw read.error
-    // A record refused alone keeps the version served: at start there is none.
-    const [problem] = read.refused?.values() ?? []
-    if (problem !== undefined) throw new DataError(problem)
-    if ('all' in read) wholes[read.kind] = read.all
-  }
-  return { batch, wholes: wholes as { [K in RecordKind]: Whole<K> } }
+/** A record refused alone: its kind, and what is wrong with it (naming table, row and field). */
+export interface RecordRefusal {
+  readonly kind: RecordKind
+  readonly problem: string
 }
 
-/** Every kind read whole, as records: `npm run check`, `npm run db -- import` and `export`. */
+/**
+ * Every kind listed whole at one position, without the records refused one by one (a bad row among
+ * good ones), which it answers beside them; throws the DataError of a kind refused whole (a file).
+ */
+export async function readWhole (source: Source): Promise<{ batch: Batch, wholes: { [K in RecordKind]: Whole<K> }, refused: RecordRefusal[] }> {
+  const batch = await source.list()
+  const wholes: Partial<Record<RecordKind, unknown>> = {}
+  const refused: RecordRefusal[] = []
+  for (const read of batch.changes) {
+    if ('error' in read) throw read.error
+    for (const problem of read.refused?.values() ?? []) refused.push({ kind: read.kind, problem })
+    if ('all' in read) wholes[read.kind] = read.all
+  }
+  return { batch, wholes: wholes as { [K in RecordKind]: Whole<K> }, refused }
+}
+
+/** Every kind read whole, as records: `npm run check`, `npm run db -- import` and `export`; throws a DataError when any record is refused. */
 export async function readAll (source: Source): Promise<DirectoryData> {
-  const { wholes } = await readWhole(source)
+  const { wholes, refused: [first] } = await readWhole(source)
+  if (first !== undefined) throw new DataError(first.problem)
   // A KeyTable made an array: the tools that read everything once want the records themselves.
   return Object.fromEntries(RECORD_KINDS.map((kind) => {
     const all = wholes[kind]

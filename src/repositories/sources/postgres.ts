@@ -150,7 +150,7 @@ function rowMessage (problem: string, table: string, row: string): string {
   return `table ${table}, row ${row}: ${rest}`
 }
 
-/** Where a read puts the records it refuses one by one, by key: each keeps the version served. */
+/** Where a read puts the records it refuses one by one, by key: none of them is served. */
 type Refusals = Map<string, string>
 
 /**
@@ -204,7 +204,8 @@ const NAME_CHARS = 200
 
 /**
  * A kind served as a whole list: every document of its table, in list order, validated with the
- * kind's compiled schema, as a file's records are. A bad one refuses the list, naming its row.
+ * kind's compiled schema, as a file's records are. A bad one is refused alone, named by its row: the
+ * list is served without it.
  */
 async function readList (client: pg.ClientBase, kind: RecordKind): Promise<Change> {
   const { table, key, unique } = KINDS[kind]
@@ -216,12 +217,12 @@ async function readList (client: pg.ClientBase, kind: RecordKind): Promise<Chang
     FROM ${table} ORDER BY position, id`)
   const slicer = createSlicer()
   const records: unknown[] = []
+  const refused: Refusals = new Map()
   for (const [index, { id, name, bytes, document }] of rows.entries()) {
     const row = name === null ? `id ${id}` : `${key} ${quoteValue(name)}`
-    if (document === null) throw new DataError(`table ${table}, row ${row}: ${unread('document', bytes, DOCUMENT_MAX_BYTES)}`)
-    const problem = recordProblem(kind, document, index)
-    if (problem !== undefined) throw new DataError(rowMessage(problem, table, row))
-    records.push(document)
+    const problem = document === null ? unread('document', bytes, DOCUMENT_MAX_BYTES) : recordProblem(kind, document, index)
+    if (problem === undefined) records.push(document)
+    else refused.set(row, document === null ? `table ${table}, row ${row}: ${problem}` : rowMessage(problem, table, row))
     if (slicer.due()) await slicer.pause()
   }
   try {
@@ -229,7 +230,7 @@ async function readList (client: pg.ClientBase, kind: RecordKind): Promise<Chang
   } catch (error) {
     throw new DataError(`table ${(error as Error).message}`)
   }
-  return { kind, all: records, rowsRead: rows.length } as Change
+  return { kind, all: records, rowsRead: rows.length, refused } as Change
 }
 
 /**

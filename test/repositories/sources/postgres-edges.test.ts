@@ -5,11 +5,12 @@ import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifec
 import { createPostgresSource } from '../../../src/repositories/sources/postgres.js'
 import { migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
-import { bearer, build, KEYS, makeData, watchLifecycle } from '../../helper.js'
+import { bearer, build, KEYS, makeData, sha256, watchLifecycle } from '../../helper.js'
 import { startPostgres, type PostgresServer } from '../../postgres.js'
 import { startServer, type RunningServer } from '../../process.js'
 
-// The edges of what PostgreSQL lets a writer put in the tables (issue 38): values of any size.
+// The edges of what PostgreSQL lets a writer put in the tables (issue 38): values of any size, and
+// rows the schemas refuse, which are not served, whenever a replica started.
 
 let server: PostgresServer
 beforeAll(async () => { server = await startPostgres() })
@@ -40,6 +41,22 @@ async function follow () {
 
 const status = async (app: ReturnType<typeof build>, path: string, key: string) => (await app.inject({ url: path, headers: bearer(key) })).statusCode
 
+/** What a user of each kind's record sees once the record is refused: the request, and what it answers. */
+const LEFT_OUT = {
+  keys: { path: '/v1/providers', key: KEYS.alphaStandard, status: 401 },
+  organizations: { path: '/v1/organization/members', key: KEYS.betaManagement, status: 404 },
+  providers: { path: '/v1/providers', key: KEYS.alphaManagement, status: 200, slugs: ['provider-1', 'provider-3'] }
+}
+
+async function expectLeftOut (app: ReturnType<typeof build>, kind: keyof typeof LEFT_OUT) {
+  const { path, key, status: expected, slugs } = LEFT_OUT[kind] as (typeof LEFT_OUT)['providers']
+  const res = await app.inject({ url: path, headers: bearer(key) })
+  expect(res.statusCode, `${kind}: ${res.body}`).toBe(expected)
+  if (slugs !== undefined) expect(res.json().data.map((provider: { slug: string }) => provider.slug)).toEqual(slugs)
+  // The other records serve on.
+  expect(await status(app, '/v1/organization/members', KEYS.alphaManagement)).toBe(200)
+}
+
 describe('values past the bounds their schemas set', () => {
   it.each([
     ['a key whose organization id holds 50 MB', "UPDATE keys SET organization_id = repeat('x', 50000000) WHERE name = 'alpha-standard'",
@@ -50,18 +67,22 @@ describe('values past the bounds their schemas set', () => {
       { kind: 'organizations', problem: 'table organizations, row id "org_beta": name: 50000000 bytes, over the limit of 3072 (not read)' }],
     ['a provider whose document holds 9 MB', "UPDATE providers SET document = json_build_object('name', repeat('x', 9000000), 'slug', 'provider-2', 'privacy_policy_url', null) WHERE slug = 'provider-2'",
       { kind: 'providers', problem: 'table providers, row slug "provider-2": document: 9000065 bytes, over the limit of 8388608 (not read)' }]
-  ])('leave %s unread, in a change and in a whole read, and refuse its record alone', async (_case, sql, refused) => {
+  ] as const)('leave %s unread, in a change, a whole read and a start, and refuse its record alone', async (_case, sql, refused) => {
     const { app, lifecycle, refusal } = await follow()
     await admin.query(sql)
     expect(await refusal()).toEqual(refused)
+    await expectLeftOut(app, refused.kind)
     // Read whole, as at a start: COPY took minutes to join a row of 50 MB, past the statement timeout.
-    const started = performance.now()
+    let started = performance.now()
     lifecycle.reload()
     expect(await refusal()).toEqual(refused)
     expect(performance.now() - started).toBeLessThan(5000)
-    // The other records serve on.
-    expect(await status(app, '/v1/organization/members', KEYS.alphaManagement)).toBe(200)
-    expect(await status(app, '/v1/providers', KEYS.betaManagement)).toBe(200)
+    // A replica starts beside it.
+    started = performance.now()
+    const fresh = await follow()
+    expect(performance.now() - started).toBeLessThan(5000)
+    expect(await fresh.refusal()).toEqual(refused)
+    await expectLeftOut(fresh.app, refused.kind)
   })
 
   it('leave a key whose name is past its bound unread, named by its start', async () => {
@@ -73,6 +94,61 @@ describe('values past the bounds their schemas set', () => {
     lifecycle.reload()
     const { problem } = await refusal()
     expect(problem).toBe(`table keys, row name "${'k'.repeat(79)}…: name: 2000 bytes, over the limit of 768 (not read)`)
+  })
+})
+
+// Keys fail closed: a value the schema refuses is a common way to disable a credential by hand.
+describe('key rows the schema refuses', () => {
+  // Written where the database does not refuse them (before schema 7, or with its checks dropped).
+  beforeEach(() => admin.query('ALTER TABLE keys DROP CONSTRAINT IF EXISTS keys_kind_check, DROP CONSTRAINT IF EXISTS keys_sha256_check'))
+
+  it.each([
+    ["kind 'revoked'", "UPDATE keys SET kind = 'revoked' WHERE name = 'alpha-standard'", 'kind: "revoked" is not one of "standard", "management"'],
+    ["sha256 ''", "UPDATE keys SET sha256 = '' WHERE name = 'alpha-standard'", 'sha256: is not a lowercase hex SHA-256'],
+    ['sha256 in capitals', "UPDATE keys SET sha256 = upper(sha256) WHERE name = 'alpha-standard'", 'sha256: is not a lowercase hex SHA-256']
+  ])('a key set to %s answers 401 at once on a running replica, is logged and counted, and a replica starts beside it', async (_case, sql, problem) => {
+    const { app, refusal } = await follow()
+    expect(await status(app, '/v1/providers', KEYS.alphaStandard)).toBe(200)
+    await admin.query(sql)
+    const committed = performance.now()
+    // Before: the key kept its last good version, and answered 200 for as long as the row stayed bad.
+    await expect.poll(() => status(app, '/v1/providers', KEYS.alphaStandard), { timeout: 1000, interval: 5 }).toBe(401)
+    expect(performance.now() - committed).toBeLessThan(1000)
+    expect(await refusal()).toEqual({ kind: 'keys', problem: `table keys, row name "alpha-standard": ${problem}` })
+    const res = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
+    expect(res.json()).toEqual({ error: { code: 401, message: expect.any(String) } })
+    expect((await app.inject({ url: '/metrics' })).body).toContain('directory_changes_total{kind="keys",outcome="failed"} 1')
+    expect(await status(app, '/v1/providers', KEYS.alphaManagement)).toBe(200)
+
+    // Before: `cannot start: table keys, row name "alpha-standard": ...`.
+    const fresh = await follow()
+    expect(await fresh.refusal()).toEqual({ kind: 'keys', problem: `table keys, row name "alpha-standard": ${problem}` })
+    expect(await status(fresh.app, '/v1/providers', KEYS.alphaStandard)).toBe(401)
+    expect(await status(fresh.app, '/v1/organization/members', KEYS.alphaManagement)).toBe(200)
+    expect((await fresh.app.inject({ url: '/metrics' })).body).toContain('directory_changes_total{kind="keys",outcome="failed"} 1')
+
+    // Fixed, the key is served again.
+    await admin.query(`UPDATE keys SET kind = 'standard', sha256 = '${sha256(KEYS.alphaStandard)}' WHERE name = 'alpha-standard'`)
+    await expect.poll(() => status(app, '/v1/providers', KEYS.alphaStandard)).toBe(200)
+  })
+})
+
+describe('a replica started beside rows the schemas refuse', () => {
+  it('serves every other record, leaves out those refused alone, and logs each', async () => {
+    await admin.query(`UPDATE providers SET document = (document::jsonb || '{"headquarters": "ZZ"}')::json WHERE slug = 'provider-2'`)
+    await admin.query("UPDATE members SET email = 'not an address' WHERE organization_id = 'org_beta' AND id = 'user_beta_1'")
+    await admin.query('ALTER TABLE keys DROP CONSTRAINT IF EXISTS keys_kind_check')
+    await admin.query("UPDATE keys SET kind = 'revoked' WHERE name = 'alpha-standard'")
+    const { app, refusal } = await follow()
+    const refusals = [await refusal(), await refusal(), await refusal()]
+    expect(refusals).toEqual([
+      { kind: 'providers', problem: 'table providers, row slug "provider-2": headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code' },
+      { kind: 'organizations', problem: 'table members, row organization_id "org_beta", id "user_beta_1": email: "not an address" is not an e-mail address' },
+      { kind: 'keys', problem: 'table keys, row name "alpha-standard": kind: "revoked" is not one of "standard", "management"' }
+    ])
+    for (const kind of ['keys', 'organizations', 'providers'] as const) await expectLeftOut(app, kind)
+    const res = await app.inject({ url: '/v1/organization/members', headers: bearer(KEYS.betaManagement) })
+    expect(res.json()).toEqual({ error: { code: 404, message: 'Organization org_beta not found' } })
   })
 })
 
@@ -92,20 +168,31 @@ describe('a document of 600 MB', () => {
     return { rss: mb('VmRSS'), peak: mb('VmHWM') }
   }
 
-  it('leaves a running server up, its memory as it was, and refuses that document alone', async () => {
+  /** The slugs of the providers a server lists. */
+  async function slugs (running: RunningServer) {
+    const res = await fetch(`${running.url}/v1/providers`, { headers: bearer(KEYS.alphaStandard) })
+    expect(res.status).toBe(200)
+    return ((await res.json()) as { data: Array<{ slug: string }> }).data.map((provider) => provider.slug)
+  }
+
+  it('leaves a running server up, its memory as it was, refuses that document alone, and a server starts beside it', async () => {
     const running = await startServer({ DATABASE_URL: url })
     servers.push(running)
     const before = await memory(running)
     // What an operator's one statement can write: PostgreSQL takes up to 1 GB in a value.
     await admin.query("UPDATE providers SET document = json_build_object('name', repeat('x', 600000000), 'slug', 'provider-2') WHERE slug = 'provider-2'")
-    await expect.poll(() => running.output(), { timeout: 30_000 }).toContain('"change refused')
-    expect(running.output()).toContain('"problem":"table providers, row slug \\"provider-2\\": document: 600000036 bytes, over the limit of 8388608 (not read)"')
-    const res = await fetch(`${running.url}/v1/providers`, { headers: bearer(KEYS.alphaStandard) })
-    expect(res.status).toBe(200)
-    expect(((await res.json()) as { data: Array<{ slug: string }> }).data.map((provider) => provider.slug)).toEqual(['provider-1', 'provider-2', 'provider-3'])
-    const after = await memory(running)
+    const problem = '"problem":"table providers, row slug \\"provider-2\\": document: 600000036 bytes, over the limit of 8388608 (not read)"'
+    await expect.poll(() => running.output(), { timeout: 30_000 }).toContain(problem)
+    expect(await slugs(running)).toEqual(['provider-1', 'provider-3'])
     // Before: the row buffered to 1.84 GB, then a string too long for V8, and the process ended.
+    const after = await memory(running)
     expect(after.peak).toBeLessThan(before.peak + 100)
-    console.log(`a server beside a document of 600 MB: ${JSON.stringify({ before, after })}`)
+
+    // Before: every start read the row, and ended the same way.
+    const beside = await startServer({ DATABASE_URL: url })
+    servers.push(beside)
+    await expect.poll(() => beside.output()).toContain(problem)
+    expect(await slugs(beside)).toEqual(['provider-1', 'provider-3'])
+    expect((await memory(beside)).peak).toBeLessThan(before.peak + 100)
   }, 180_000)
 })
