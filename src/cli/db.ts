@@ -116,6 +116,8 @@ async function main () {
       const removed = await trimChanges(client, olderThan)
       process.stderr.write(`trimmed the change log of ${locationOf(url)}: ${removed} entries older than ${formatDuration(olderThan)} removed\n`)
     } else {
+      // A check a migration leaves unvalidated, on rows already there that break it, is told (postgres-schema.ts).
+      client.on('notice', (notice) => { if (notice.severity === 'WARNING') process.stderr.write(`warning: ${notice.message}\n`) })
       const applied = await migrate(client)
       process.stderr.write(applied.length > 0
         ? `migrated ${locationOf(url)}: applied version ${applied.join(', ')}\n`

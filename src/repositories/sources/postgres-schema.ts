@@ -1,4 +1,5 @@
 import type pg from 'pg'
+import type { TObject, TSchema } from '@sinclair/typebox'
 import { KINDS, RECORD_KINDS, type RecordKind } from '../records.js'
 
 /** The channel the triggers notify on; every replica listens to it. */
@@ -13,6 +14,38 @@ const MEMBERS_NAMED = 100
  */
 export const NAMES_LOGGED = 10_000
 
+/** A pattern of so many characters of one class (`^[0-9a-f]{64}$`): a hash, a hex id. */
+const FIXED_CLASS = /^\^\[([0-9A-Za-z-]+)\]\{(\d+)\}\$$/
+
+/**
+ * A CHECK on a column, made from its field's schema where the database checks it cheaply and as the
+ * schema does: one of its literals, or a pattern of FIXED_CLASS, checked as a length and a class no
+ * character is outside of. PostgreSQL's regular expressions run a counted repetition slowly:
+ * `sha256 ~ '^[0-9a-f]{64}$'` took 8.9 s to check a million keys, and inserting them 24 s, where this
+ * form takes 0.7 s and 3.9 to 5.5 s (2 to 2.7 s without any check; measured by hand on this project's
+ * 2-core machine, 2026-11-28). A change of the schema's literals or pattern needs a migration of its
+ * own that replaces the check (test/repositories/sources/postgres-edges.test.ts holds the two equal).
+ */
+function checkOf (table: string, schema: TSchema, column: string) {
+  const field = (schema as TObject).properties[column]!
+  const branches = (field.anyOf ?? []) as TSchema[]
+  const fixed = typeof field.pattern === 'string' ? FIXED_CLASS.exec(field.pattern) : null
+  let check: string
+  if (branches.length > 0 && branches.every((branch) => typeof branch.const === 'string')) {
+    check = `${column} IN (${branches.map((branch) => sqlString(branch.const as string)).join(', ')})`
+  } else if (field.type === 'string' && fixed !== null) {
+    check = `char_length(${column}) = ${fixed[2]} AND ${column} !~ '[^${fixed[1]}]'`
+  } else {
+    throw new Error(`${table}.${column}: its schema has no check the database can make as it does`)
+  }
+  return { table, name: `${table}_${column}_check`, check }
+}
+
+const sqlString = (value: string) => `'${value.replaceAll("'", "''")}'`
+
+/** The checks made from the schemas (schema 7): a key's kind, and the shape and case of its hash. */
+const CHECKS = [checkOf('keys', KINDS.keys.schema, 'kind'), checkOf('keys', KINDS.keys.schema, 'sha256')]
+
 /**
  * The migrations, in order; never edit one that has shipped, add the next. Each runs in the
  * transaction of `migrate`, so a failure leaves the schema as it was.
@@ -20,7 +53,7 @@ export const NAMES_LOGGED = 10_000
  * One table per kind of record, one row per record, one column per field, named like the JSON
  * field. The constraints say in SQL what the schemas say, where SQL can: what they cannot (an ISO
  * country code that does not exist, a URL that does not parse) is checked by the replicas, which
- * keep their last good data on a row they refuse.
+ * do not serve a row they refuse.
  */
 const MIGRATIONS: Array<{ version: number, name: string, sql: string }> = [{
   version: 1,
@@ -412,10 +445,16 @@ ALTER TABLE keys ADD COLUMN expires_at timestamptz;
 `
 }, {
   version: 7,
-  name: 'bounds a replica reads with',
+  name: 'bounds a replica reads with, and checks of a key at write time',
   sql: String.raw`
 ${listBytesSql('providers')}
 ${listBytesSql('endpoints')}
+
+-- What the database can check of a key cheaply, it refuses at write time, so that the writer learns at
+-- once: its kind, and the shape and case of its hash (a value the schema refuses is a common way to
+-- disable a key by hand, and the replicas do not serve such a row). Made from the key's schema, not
+-- written here; validated after this transaction (validateChecks).
+${CHECKS.map(({ table, name, check }) => `ALTER TABLE ${table} ADD CONSTRAINT ${name} CHECK (${check}) NOT VALID;`).join('\n')}
 `
 }]
 
@@ -464,12 +503,14 @@ const SCHEMA_VERSION = MIGRATIONS.at(-1)!.version
 const MIGRATION_LOCK = 7_208_114_231
 
 /**
- * Brings the schema to SCHEMA_VERSION (or `target`, for a test of a migration), in one transaction; answers the versions applied. Replicas
- * and Jobs that run it at once queue on an advisory lock: the first applies, the others find
+ * Brings the schema to SCHEMA_VERSION (or `target`, for a test of a migration), in one transaction,
+ * then validates the checks made from the schemas (validateChecks); answers the versions applied.
+ * Replicas and Jobs that run it at once queue on an advisory lock: the first applies, the others find
  * nothing left to do.
  */
 export async function migrate (client: pg.ClientBase, target = SCHEMA_VERSION): Promise<number[]> {
   await refuseStandby(client, 'migrate')
+  let pending: typeof MIGRATIONS = []
   await client.query('BEGIN')
   try {
     await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK])
@@ -480,7 +521,7 @@ export async function migrate (client: pg.ClientBase, target = SCHEMA_VERSION): 
     )`)
     const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations')
     const applied = new Set(rows.map((row) => row.version))
-    const pending = MIGRATIONS.filter((migration) => !applied.has(migration.version) && migration.version <= target)
+    pending = MIGRATIONS.filter((migration) => !applied.has(migration.version) && migration.version <= target)
     for (const migration of pending) {
       await client.query(migration.sql)
       await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [migration.version, migration.name])
@@ -489,10 +530,35 @@ export async function migrate (client: pg.ClientBase, target = SCHEMA_VERSION): 
     if (target >= 4) for (const kind of LIST_KINDS) await client.query(listTableSql(kind))
     if (target >= 7) for (const kind of LIST_KINDS) await client.query(listBytesSql(kind))
     await client.query('COMMIT')
-    return pending.map((migration) => migration.version)
   } catch (error) {
     await client.query('ROLLBACK').catch(() => {})
     throw error
+  }
+  if (target >= 7) await validateChecks(client)
+  return pending.map((migration) => migration.version)
+}
+
+/**
+ * Validates the checks made from the schemas that are not yet, each in a transaction of its own,
+ * after the migration's: VALIDATE reads every row (some 0.1 s for the kind and 0.7 s for the hash at
+ * a million keys), under a lock that lets reads and writes go on, where the migration's ALTER TABLE
+ * holds every reader of the table until it commits. Rows already there that break a check (a key
+ * "disabled" by hand) leave it NOT VALID, and a warning says how many there are: the replicas do not
+ * serve them, new writes are checked all the same, and the next migrate validates it once they are
+ * fixed. Never the cause of a failed migration, whose transaction would undo everything.
+ */
+async function validateChecks (client: pg.ClientBase) {
+  const { rows } = await client.query<{ name: string }>("SELECT conname AS name FROM pg_constraint WHERE contype = 'c' AND NOT convalidated AND conname = ANY($1)",
+    [CHECKS.map(({ name }) => name)])
+  for (const { table, name, check } of CHECKS.filter(({ name }) => rows.some((row) => row.name === name))) {
+    await client.query(`DO $$
+BEGIN
+  ALTER TABLE ${table} VALIDATE CONSTRAINT ${name};
+EXCEPTION WHEN check_violation THEN
+  RAISE WARNING '%', format('rows of table ${table} that break ${name} (%2$s): %1$s. The replicas do not serve them, and new ones are refused; fix or delete them, then run npm run db -- migrate again to validate the check',
+    (SELECT count(*) FROM ${table} WHERE NOT (${check})), ${sqlString(check)});
+END
+$$`)
   }
 }
 

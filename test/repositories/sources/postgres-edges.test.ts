@@ -1,13 +1,19 @@
+import { execFile } from 'node:child_process'
 import { readFile } from 'node:fs/promises'
+import { promisify } from 'node:util'
 import pg from 'pg'
+import { Value } from '@sinclair/typebox/value'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
 import { createPostgresSource } from '../../../src/repositories/sources/postgres.js'
 import { migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
+import { ApiKeySchema, KEY_KINDS } from '../../../src/schemas/fixtures.js'
 import { bearer, build, KEYS, makeData, sha256, watchLifecycle } from '../../helper.js'
 import { startPostgres, type PostgresServer } from '../../postgres.js'
 import { startServer, type RunningServer } from '../../process.js'
+
+const run = promisify(execFile)
 
 // The edges of what PostgreSQL lets a writer put in the tables (issue 38): values of any size, and
 // rows the schemas refuse, which are not served, whenever a replica started.
@@ -130,6 +136,72 @@ describe('key rows the schema refuses', () => {
     // Fixed, the key is served again.
     await admin.query(`UPDATE keys SET kind = 'standard', sha256 = '${sha256(KEYS.alphaStandard)}' WHERE name = 'alpha-standard'`)
     await expect.poll(() => status(app, '/v1/providers', KEYS.alphaStandard)).toBe(200)
+  })
+})
+
+describe('schema 7: what the database checks of a key at write time', () => {
+  it.each([
+    ["kind 'revoked'", "UPDATE keys SET kind = 'revoked' WHERE name = 'alpha-standard'", 'keys_kind_check'],
+    ['a kind of 50 MB', "UPDATE keys SET kind = repeat('x', 50000000) WHERE name = 'alpha-standard'", 'keys_kind_check'],
+    ["sha256 ''", "UPDATE keys SET sha256 = '' WHERE name = 'alpha-standard'", 'keys_sha256_check'],
+    ['sha256 in capitals', "UPDATE keys SET sha256 = upper(sha256) WHERE name = 'alpha-standard'", 'keys_sha256_check']
+  ])('refuses a key set to %s, naming the check', async (_case, sql, constraint) => {
+    await expect(admin.query(sql)).rejects.toMatchObject({ constraint, message: `new row for relation "keys" violates check constraint "${constraint}"` })
+  })
+
+  it('takes the kinds and hashes the schema takes, and no other, its checks validated', async () => {
+    const valid = sha256('a key')
+    const samples = {
+      kind: [...KEY_KINDS, 'revoked', 'Standard', 'standard ', ''],
+      sha256: [valid, valid.toUpperCase(), `${valid.slice(0, 63)}G`, valid.slice(1), `${valid}0`, ` ${valid.slice(1)}`, 'é'.repeat(64), `${valid.slice(0, 63)}\n`, '']
+    }
+    for (const [field, values] of Object.entries(samples) as Array<[keyof typeof samples, string[]]>) {
+      for (const value of values) {
+        const key = { name: 'sample', sha256: sha256('sample'), kind: 'standard', organization_id: 'org_alpha', [field]: value }
+        const taken = await admin.query('INSERT INTO keys (name, sha256, kind, organization_id) VALUES ($1, $2, $3, $4)', [key.name, key.sha256, key.kind, key.organization_id])
+          .then(() => true, () => false)
+        await admin.query("DELETE FROM keys WHERE name = 'sample'")
+        expect(taken, `${field} ${JSON.stringify(value)}`).toBe(Value.Check(ApiKeySchema.properties[field], value))
+      }
+    }
+    const { rows } = await admin.query("SELECT conname, convalidated FROM pg_constraint WHERE conrelid = 'keys'::regclass AND contype = 'c' ORDER BY conname")
+    expect(rows).toEqual([{ conname: 'keys_kind_check', convalidated: true }, { conname: 'keys_sha256_check', convalidated: true }])
+  })
+
+  it('migrates a database whose keys already break the checks, says so, and validates them at a migrate once the rows are fixed', async () => {
+    const legacyUrl = await server.createDatabase()
+    const legacy = new pg.Client({ connectionString: legacyUrl })
+    await legacy.connect()
+    const migrateCommand = () => run(process.execPath, ['dist/cli/db.js', 'migrate'], { env: { PATH: process.env.PATH ?? '', DATABASE_URL: legacyUrl } })
+    try {
+      expect(await migrate(legacy, 6)).toEqual([1, 2, 3, 4, 5, 6])
+      await legacy.query(`INSERT INTO keys VALUES ('revoked-by-hand', '${sha256('revoked')}', 'revoked', 'org_alpha'), ('good', '${sha256('good')}', 'standard', 'org_alpha')`)
+      const { stderr } = await migrateCommand()
+      const warning = "warning: rows of table keys that break keys_kind_check (kind IN ('standard', 'management')): 1. The replicas do not serve them, and new ones are refused; fix or delete them, then run npm run db -- migrate again to validate the check"
+      expect(stderr).toBe(`${warning}\nmigrated ${legacyUrl}: applied version 7\n`)
+      const collapse = (text: string) => text.replace(/\s+/g, ' ')
+      expect(collapse(await readFile('docs/postgresql.md', 'utf8'))).toContain(warning)
+      const validated = async () => (await legacy.query("SELECT conname, convalidated FROM pg_constraint WHERE conrelid = 'keys'::regclass AND contype = 'c' ORDER BY conname")).rows
+      expect(await validated()).toEqual([{ conname: 'keys_kind_check', convalidated: false }, { conname: 'keys_sha256_check', convalidated: true }])
+      // New writes are checked all the same.
+      await expect(legacy.query("UPDATE keys SET kind = 'revoked' WHERE name = 'good'")).rejects.toMatchObject({ constraint: 'keys_kind_check' })
+      await legacy.query("DELETE FROM keys WHERE name = 'revoked-by-hand'")
+      expect((await migrateCommand()).stderr).toBe(`${legacyUrl} is up to date\n`)
+      expect(await validated()).toEqual([{ conname: 'keys_kind_check', convalidated: true }, { conname: 'keys_sha256_check', convalidated: true }])
+    } finally {
+      await legacy.end()
+    }
+  })
+
+  it('keeps the reads and the key writes of the release before it working', async () => {
+    // As the release at schema 6 (9baefe1) sends them.
+    expect((await admin.query('SELECT id, document FROM providers ORDER BY position, id')).rows.map(({ document }) => document.slug)).toEqual(['provider-1', 'provider-2', 'provider-3'])
+    expect((await admin.query("SELECT name, sha256, kind, organization_id, to_json(expires_at) #>> '{}' FROM keys")).rowCount).toBe(4)
+    expect((await admin.query('SELECT id, name FROM organizations ORDER BY position, id')).rowCount).toBe(2)
+    expect((await admin.query('SELECT organization_id, id, email, first_name, last_name, role FROM members ORDER BY organization_id, position, id')).rowCount).toBe(253)
+    await admin.query('INSERT INTO keys (name, sha256, kind, organization_id, expires_at) VALUES ($1, $2, $3, $4, $5)', ['minted', sha256('minted'), 'standard', 'org_alpha', null])
+    await admin.query('INSERT INTO providers (position, document) SELECT position - 1, document FROM json_array_elements($1::json) WITH ORDINALITY AS records (document, position)', [JSON.stringify([{ name: 'P', slug: 'p', privacy_policy_url: null }])])
+    expect((await admin.query("SELECT document_bytes::int AS bytes FROM providers WHERE slug = 'p'")).rows).toEqual([{ bytes: 49 }])
   })
 })
 
