@@ -24,7 +24,7 @@
 // and `npm run db -- import` of the files.
 import { execFileSync, spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { closeSync, cpSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs'
+import { closeSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmdirSync, rmSync, writeFileSync, writeSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { Writable } from 'node:stream'
@@ -97,10 +97,39 @@ async function status (url, key) {
   return res?.status ?? 0
 }
 
-/** Starts `root`'s dist/server.js as `npm start` does; its output goes to a file, read by nobody (as a log collector that keeps up). */
-function startServer (root, env, work, name) {
+/**
+ * A cgroup (v1's cpu controller, or v2's) that holds its processes to `percent` of one CPU, as a
+ * container's CPU limit does; its cgroup.procs file, or undefined where no cgroup can be made here
+ * (not root, no cpu controller).
+ */
+function cpuQuota (percent) {
+  const period = 100_000
+  for (const [root, write] of [
+    ['/sys/fs/cgroup/cpu', (dir) => { writeFileSync(join(dir, 'cpu.cfs_period_us'), String(period)); writeFileSync(join(dir, 'cpu.cfs_quota_us'), String(period * percent / 100)) }],
+    ['/sys/fs/cgroup', (dir) => writeFileSync(join(dir, 'cpu.max'), `${period * percent / 100} ${period}`)]
+  ]) {
+    const dir = join(root, `model-gateway-directory-bench-${process.pid}`)
+    try {
+      mkdirSync(dir)
+      write(dir)
+      return { procs: join(dir, 'cgroup.procs'), remove: () => rmdirSync(dir) }
+    } catch {
+      try { rmdirSync(dir) } catch {}
+    }
+  }
+  return undefined
+}
+
+/**
+ * Starts `root`'s dist/server.js as `npm start` does; its output goes to a file, read by nobody (as a
+ * log collector that keeps up). With `cgroup` (cpuQuota), the server joins it before it runs.
+ */
+function startServer (root, env, work, name, cgroup) {
   const started = performance.now()
-  const child = spawn(process.execPath, serverArgs(root), {
+  const [command, args] = cgroup === undefined
+    ? [process.execPath, serverArgs(root)]
+    : ['/bin/sh', ['-c', 'echo $$ > "$0" && exec "$@"', cgroup.procs, process.execPath, ...serverArgs(root)]]
+  const child = spawn(command, args, {
     cwd: root,
     env: { PATH: process.env.PATH, LOG_LEVEL: 'info', RATE_LIMIT_PER_MINUTE: '1000000000', RATE_LIMIT_ANONYMOUS_PER_MINUTE: '1000000000', ...env },
     stdio: ['ignore', openSync(join(work, `${name}.log`), 'w'), openSync(join(work, `${name}.err`), 'w')]
@@ -321,6 +350,14 @@ async function measureBuild ({ build, database, server, files, work, keys, organ
     // A rolling update: one more replica starts while the two serve (the start above is two at once).
     const joining = startServer(build.root, { DATABASE_URL: url, PORT: String(three) }, work, `${build.label}-3`)
     const joinMs = await firstAnswer(joining, key).finally(() => stopServer(joining))
+    // A replica held to a fifth of a CPU (a container's limit on a busy node) starts too, only slower.
+    const quota = cpuQuota(20)
+    let throttledMs
+    if (quota !== undefined) {
+      const throttled = startServer(build.root, { DATABASE_URL: url, PORT: String(three) }, work, `${build.label}-20pc`, quota)
+      throttledMs = await firstAnswer(throttled, key).catch((error) => `failed: ${error.message.split('\n').filter(Boolean).at(-1)}`).finally(() => stopServer(throttled))
+      quota.remove()
+    }
     // A bulk reload: every member's row is written again, and every organization read again.
     console.error(`${build.label}: bulk reload, member changes...`)
     const bulk = await latencyDuringBulk(`${servers[0].url}/v1/providers`, key, servers,
@@ -328,7 +365,7 @@ async function measureBuild ({ build, database, server, files, work, keys, organ
       async () => (await (await fetch(`${servers[0].url}/v1/organization/members?limit=1`, { headers: { authorization: `Bearer scale-key-${MEMBER_KEY}` } })).text()).includes('"Bulk"'))
     const members = await memberChanges(client, servers, `org_${MEMBER_KEY % organizations}`)
     const large = await largeOrganization(client, servers, key, `org_${MEMBER_KEY % organizations}`)
-    return { floorMs, importMs, startMs, joinMs, rssStart, rssChanged, times, bulk, members, large }
+    return { floorMs, importMs, startMs, joinMs, throttledMs, rssStart, rssChanged, times, bulk, members, large }
   } finally {
     await Promise.all(servers.map(stopServer))
     await client.end().catch(() => {})
@@ -411,6 +448,7 @@ export async function benchScale ({ root, before, keys = 1_000_000, organization
       row('requests, p99 (max); event loop\'s longest delay, with nothing changing', (r) => `${fmt(r.bulk.idle.p99, 1)} ms (${fmt(r.bulk.idle.max, 1)} ms); ${ms(r.bulk.idle.loop)}`),
       row('the same during a bulk reload (its duration)', (r) => `${fmt(r.bulk.busy.p99, 1)} ms (${fmt(r.bulk.busy.max, 1)} ms); ${ms(r.bulk.busy.loop)} (${ms(r.bulk.bulkMs)})`),
       row('start of a third replica while the two serve, spawn to first 200', (r) => `${ms(r.joinMs)} (${fmt(r.joinMs / r.floorMs, 1)}× the floor)`),
+      row('start of a replica held to 20 % of a CPU (a cgroup\'s quota), spawn to first 200', (r) => typeof r.throttledMs === 'number' ? `${ms(r.throttledMs)} (${fmt(r.throttledMs / r.floorMs, 1)}× the floor)` : r.throttledMs ?? 'not measured: no cgroup could be made'),
       row('a member added to an organization of 10, on both replicas, p50 / p99 of 20', (r) => p(r.members.added)),
       row('a member removed from it, p50 / p99 of 20', (r) => p(r.members.removed)),
       row(`that organization grown to ${fmt(LARGE_MEMBERS)} members in one statement: requests p99 (max); event loop's longest delay (until served)`, (r) => `${fmt(r.large.grown.busy.p99, 1)} ms (${fmt(r.large.grown.busy.max, 1)} ms); ${ms(r.large.grown.busy.loop)} (${ms(r.large.grown.bulkMs)})`),

@@ -31,11 +31,11 @@ const CHECK_DEADLINE_MS = 5000
 const KEEP_ALIVE_DELAY_MS = 10_000
 
 /**
- * A read's connection that is silent this long is dropped and the read tried again; and no
- * statement of a read runs longer on the server. Both far above a whole read at gateway scale.
+ * A read's connection that is silent this long is dropped and the read tried again: a read is
+ * watched for progress, not given a deadline (a slow replica reads a whole table for as long as it
+ * needs, while PostgreSQL keeps sending).
  */
 const READ_STALL_MS = 30_000
-const STATEMENT_TIMEOUT_MS = 60_000
 
 /**
  * How long a notification sent to itself may take to come back on the listening connection: past
@@ -157,7 +157,7 @@ type Refusals = Map<string, string>
  * Text columns of a table read with their bounds (maxBytes of their fields): a value past its bound
  * stays in the database, and its record is refused. octet_length is the length PostgreSQL keeps with
  * a value, read without the value, however large: a value of 50 MB held every whole read of its
- * table past the statement timeout, and one of 600 MB made a string no replica could hold. The column
+ * table past the statement timeout of the time, and one of 600 MB made a string no replica could hold. The column
  * that names a row (`naming`) gives the start of such a value instead, to name it by: longer than the
  * bound too, it is no valid name, and is never taken for one served.
  */
@@ -591,9 +591,12 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
   /** Runs `read` in a read-only REPEATABLE READ transaction: the rows it reads agree with each other. */
   async function inTransaction<T> (read: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     return await withClient(async (client) => {
-      // The timeout for this transaction alone: a transaction pooler refuses it as a startup
-      // parameter, and may hand the connection to another client after COMMIT.
-      await client.query(`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = ${STATEMENT_TIMEOUT_MS}; SET LOCAL TimeZone = 'UTC'`)
+      // No statement timeout, whatever the role's or the database's: a COPY lasts as long as the
+      // replica takes to read it, which a deadline would count (a replica held to a fifth of a CPU
+      // could not start at gateway scale). READ_STALL_MS drops a connection PostgreSQL stops
+      // answering on. Set for this transaction alone: a transaction pooler refuses settings as
+      // startup parameters, and may hand the connection to another client after COMMIT.
+      await client.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = 0; SET LOCAL TimeZone = 'UTC'")
       const result = await read(client)
       await client.query('COMMIT')
       return result
