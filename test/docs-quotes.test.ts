@@ -10,6 +10,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import { BUNDLED_FIXTURES_DIR } from '../src/config.js'
 import { startPostgres, type PostgresServer } from './postgres.js'
 import { BUNDLED_MANAGEMENT_KEY, failToStart, freePort, startServer, type RunningServer } from './process.js'
+import { PATIENCE_MS } from './patience.js'
 
 // The messages and log lines the documentation quotes, produced by the code and compared with the
 // quotes: a test fails when either changes without the other.
@@ -34,7 +35,7 @@ async function logLine (server: RunningServer, message: string, after = 0) {
     const line = server.output().slice(after).split('\n').find((text) => text.includes(`"msg":"${message}`))
     if (line === undefined) throw new Error(`no log line says ${message}`)
     return line
-  }, { timeout: 30_000, interval: 20 })
+  }, { timeout: PATIENCE_MS, interval: 20 })
 }
 
 const folders: string[] = []
@@ -244,7 +245,7 @@ describe('the lines a server on files writes, as the docs quote them', () => {
 
     const { stdout: key } = await run(process.execPath, ['dist/cli/mint-key.js', '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'minted', '--fixtures-dir', folder])
     const status = async () => (await fetch(`${server.url}/v1/providers`, { headers: { authorization: `Bearer ${key.trim()}` } })).status
-    await expect.poll(status, { timeout: 10_000, interval: 20 }).toBe(200)
+    await expect.poll(status, { timeout: PATIENCE_MS, interval: 20 }).toBe(200)
     await expectQuoted('docs/decisions.md', 'a key minted while `providers.json` is bad is accepted')
   })
 
@@ -320,7 +321,7 @@ describe('the lines a server on PostgreSQL writes, as the docs quote them', () =
       const statement = /psql "\$DATABASE_URL" -c "(UPDATE providers .*)"$/m.exec(readme)![1]!.replaceAll('\\"', '"')
       await client.query(statement)
       const openai = async () => ((await (await fetch(`${server.url}/v1/providers`, { headers: { authorization: `Bearer ${BUNDLED_MANAGEMENT_KEY}` } })).json()) as { data: Array<Record<string, unknown>> }).data[0]
-      await expect.poll(openai, { timeout: 10_000 }).toStrictEqual(JSON.parse(/document = '(.*)' WHERE/.exec(statement)![1]!))
+      await expect.poll(openai, { timeout: PATIENCE_MS }).toStrictEqual(JSON.parse(/document = '(.*)' WHERE/.exec(statement)![1]!))
     } finally {
       await client.end()
     }

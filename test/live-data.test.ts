@@ -7,6 +7,7 @@ import { RECORD_KINDS, type DirectoryData } from '../src/repositories/records.js
 import { KEYS, makeData, sha256 } from './helper.js'
 import { startServer, type RunningServer } from './process.js'
 import { generation, storm } from './storm.js'
+import { PATIENCE_MS } from './patience.js'
 
 let dir: string
 let server: RunningServer | undefined
@@ -35,7 +36,7 @@ async function logLine (message: string, after = 0) {
     const found = server!.output().slice(after).split('\n').find((text) => text.includes(`"msg":"${message}"`))
     if (found === undefined) throw new Error(`no log line says ${message}`)
     return found
-  }, { timeout: 30_000, interval: 20 })
+  }, { timeout: PATIENCE_MS, interval: 20 })
   return JSON.parse(line) as Record<string, unknown>
 }
 
@@ -104,5 +105,5 @@ describe('data that changes while the server runs (files)', () => {
     expect(answers).toBeGreaterThan(1000)
     // Generations were served as they came, not only the first and the last.
     expect(seen.size).toBeGreaterThan(10)
-  }, 60_000)
+  })
 })

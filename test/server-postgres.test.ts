@@ -10,6 +10,7 @@ import { KEYS, makeData, sha256 } from './helper.js'
 import { startPostgres, type PostgresServer } from './postgres.js'
 import { failToStart, freePort, startServer, type RunningServer } from './process.js'
 import { generation, storm } from './storm.js'
+import { PATIENCE_MS } from './patience.js'
 
 const run = promisify(execFile)
 
@@ -145,14 +146,14 @@ describe('replicas on one PostgreSQL database', () => {
   it('with MAX_STALENESS_MS, refuse keyed requests (503) once the database has been unreachable past the bound, and answer again once it is back', async () => {
     const replica = await startServer({ DATABASE_URL: url, MAX_STALENESS_MS: '3000', LOG_LEVEL: 'info' })
     servers.push(replica)
-    await expect.poll(() => replica.output(), { timeout: 5000 }).toContain('staleness 3000 ms, then keyed requests answer 503')
+    await expect.poll(() => replica.output(), { timeout: PATIENCE_MS }).toContain('staleness 3000 ms, then keyed requests answer 503')
     // A key no other test of this file revokes.
     const key = KEYS.betaManagement
     expect(await status(replica, '/v1/providers', key)).toBe(200)
     await database.stop()
     const stopped = performance.now()
     try {
-      await expect.poll(() => status(replica, '/v1/providers', key), { timeout: 10_000, interval: 50 }).toBe(503)
+      await expect.poll(() => status(replica, '/v1/providers', key), { timeout: PATIENCE_MS, interval: 50 }).toBe(503)
       // The bound, plus at most the second between two reads that confirm the data (a third of the bound).
       expect(performance.now() - stopped).toBeLessThan(3000 + 1000 + 500)
       const res = await fetch(`${replica.url}/v1/providers`, { headers: { authorization: `Bearer ${key}` } })
@@ -164,9 +165,9 @@ describe('replicas on one PostgreSQL database', () => {
     } finally {
       await database.start()
     }
-    await expect.poll(() => status(replica, '/v1/providers', key), { timeout: 15_000, interval: 100 }).toBe(200)
+    await expect.poll(() => status(replica, '/v1/providers', key), { timeout: PATIENCE_MS, interval: 100 }).toBe(200)
     expect((await fetch(`${replica.url}/ready`)).status).toBe(200)
-  }, 40_000)
+  })
 
   it('answer every request of a reload storm, each from exactly one snapshot', async () => {
     // A database of its own: the storm replaces everything in it ten times a second.
@@ -187,7 +188,7 @@ describe('replicas on one PostgreSQL database', () => {
     } finally {
       await client.end()
     }
-  }, 60_000)
+  })
 
   it('waits at start for a database that comes up within DATABASE_CONNECT_TIMEOUT_MS', async () => {
     await database.stop()
@@ -226,7 +227,7 @@ describe('replicas on one PostgreSQL database', () => {
     child.stderr.on('data', (chunk) => { stderr += chunk })
     const exited = once(child, 'exit')
     // Told while it waits, not after.
-    await expect.poll(() => stderr, { timeout: 2500, interval: 10 }).toContain('(try 1: ')
+    await expect.poll(() => stderr, { timeout: PATIENCE_MS, interval: 10 }).toContain('(try 1: ')
     expect(child.exitCode).toBe(null)
 
     const [code] = await exited

@@ -2,6 +2,7 @@ import { Agent, get } from 'node:http'
 import { vi } from 'vitest'
 import type { DirectoryData } from '../src/repositories/records.js'
 import { KEYS, makeData, makeMembers, makeProvider, sha256 } from './helper.js'
+import { PATIENCE_MS } from './patience.js'
 
 /**
  * Generation N of a reload storm: N + 1 providers and N + 1 members, all named after N, and the
@@ -70,7 +71,7 @@ export async function storm (url: string, publish: (n: number) => Promise<void>,
     await new Promise((resolve) => setTimeout(resolve, intervalMs))
   }
   // The last generation arrives, then the load stops.
-  await vi.waitFor(() => { if (!seen.has(changes) && failures.length === 0) throw new Error(`generation ${changes} not served yet`) }, { timeout: 60_000, interval: 20 })
+  await vi.waitFor(() => { if (!seen.has(changes) && failures.length === 0) throw new Error(`generation ${changes} not served yet`) }, { timeout: PATIENCE_MS, interval: 20 })
   storming = false
   await Promise.all(load)
   agent.destroy()

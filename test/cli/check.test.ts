@@ -5,10 +5,11 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { writeManyKeys } from '../helper.js'
+import { PATIENCE_MS } from '../patience.js'
 
 const run = promisify(execFile)
 // Killed short of the test's own timeout: a check that hangs must not outlive the test.
-const check = (...args: string[]) => run(process.execPath, ['dist/cli/check.js', ...args], { timeout: 50_000 }).then(
+const check = (...args: string[]) => run(process.execPath, ['dist/cli/check.js', ...args], { timeout: PATIENCE_MS }).then(
   ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
   (error: { code: number, stdout: string, stderr: string }) => ({ code: error.code, stdout: error.stdout, stderr: error.stderr }))
 
@@ -56,5 +57,5 @@ describe('npm run check', () => {
       stdout: '',
       stderr: `invalid: keys.json: ${size} bytes, over the limit of 8388608 (8 MiB) for a data file: larger data belongs in PostgreSQL\n`
     })
-  }, 60_000)
+  })
 })

@@ -159,7 +159,7 @@ describe('against a real Prometheus scraping a real server, with the rules loade
       poll()
     })
     metricsText = await (await fetch(`${server.url}/metrics`)).text()
-  }, 60000)
+  })
 
   afterAll(async () => {
     if (prometheus?.exitCode === null) {

@@ -60,5 +60,5 @@ describe('an organization past the most members, in PostgreSQL', () => {
       await lifecycle.close()
       await admin.end()
     }
-  }, 120_000)
+  })
 })

@@ -9,6 +9,7 @@ import { FIXTURE_FILES, createFileSource, loadFixtures } from '../../../src/repo
 import { RECORD_KINDS, type DirectoryData } from '../../../src/repositories/records.js'
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
 import { makeData, makeEndpoint, makeMembers, makeProvider, recordsOf, sha256, watchLifecycle, writeManyKeys } from '../../helper.js'
+import { PATIENCE_MS } from '../../patience.js'
 
 let dir: string
 beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'fixtures-')) })
@@ -265,9 +266,9 @@ describe('following changes to the folder', () => {
     await symlink('..v2', join(dir, '..data_tmp'))
     await rename(join(dir, '..data_tmp'), join(dir, '..data'))
     const moved = () => recordsOf(lifecycle.current()).keys.every((key) => key.organization_id === 'org_moved')
-    await expect.poll(moved, { timeout: 20_000, interval: 10 }).toBe(true)
+    await expect.poll(moved, { timeout: PATIENCE_MS, interval: 10 }).toBe(true)
     expect(orphans).toEqual([])
-  }, 30_000)
+  })
 
   it('installs a generation while ..data is swapped again and again during its read', async () => {
     // Enough keys that keys.json takes several swaps to read; every generation has one key of its own.
@@ -299,7 +300,7 @@ describe('following changes to the folder', () => {
     })()
     const served = () => lifecycle.current().indexes.providers.records[0]!.slug
     try {
-      await expect.poll(served, { timeout: 15_000, interval: 20 }).not.toBe('provider-0')
+      await expect.poll(served, { timeout: PATIENCE_MS, interval: 20 }).not.toBe('provider-0')
     } finally {
       swapping = false
       await swaps
@@ -309,7 +310,7 @@ describe('following changes to the folder', () => {
     expect(lifecycle.current().indexes.keys.byKey.get(`generation-${n}`)).toBeDefined()
     expect(lifecycle.current().indexes.keys.byKey.size).toBe(40_001)
     await expect.poll(() => watched.sourceVersions.includes(`..gen_${n}`)).toBe(true)
-  }, 60_000)
+  })
 
   it('refuses a bad file alone, naming file, record and field, installs the other files changed, and installs the fix', async () => {
     await writeData(makeData())
@@ -414,7 +415,7 @@ describe('a large file that is not valid, renamed into the folder of a server', 
     lifecycle = createLifecycle(createFileSource(folder))
     await lifecycle.load()
     watched = watchLifecycle(lifecycle, 50_000)
-  }, 60_000)
+  })
   afterAll(async () => {
     await lifecycle?.close()
     await rm(folder, { recursive: true, force: true })
@@ -432,5 +433,5 @@ describe('a large file that is not valid, renamed into the folder of a server', 
     expect(refusal).toEqual({ kind: 'keys', problem: `keys.json: ${size} bytes, over the limit of 8388608 (8 MiB) for a data file: larger data belongs in PostgreSQL` })
     expect(lifecycle.current().counts().keys).toBe(makeData().keys.length)
     expect(process.memoryUsage.rss() - rssBefore).toBeLessThan(64 * 1024 * 1024)
-  }, 60_000)
+  })
 })

@@ -10,6 +10,7 @@ import { bearer, build, KEYS, makeData, sha256, watchLifecycle } from '../../hel
 import { startPgBouncer, type PgBouncer } from '../../pgbouncer.js'
 import { databaseWith, startPostgres, type PostgresServer, type Standby } from '../../postgres.js'
 import { startServer } from '../../process.js'
+import { PATIENCE_MS } from '../../patience.js'
 
 // The shapes a fleet runs PostgreSQL in: behind PgBouncer in transaction mode (its defaults), and on
 // a hot standby made with pg_basebackup -R. Notifications reach neither; the replica polls the log.
@@ -30,7 +31,7 @@ beforeAll(async () => {
   await migrate(admin)
   standby = await server.startStandby()
   bouncer = await startPgBouncer(url)
-}, 60_000)
+})
 afterAll(async () => {
   await admin?.end()
   await bouncer?.close()
@@ -103,7 +104,7 @@ describe.each(shapes)('a replica %s', (_shape, replicaUrl) => {
     const replica = await startServer({ DATABASE_URL: replicaUrl(), POLL_INTERVAL_MS: String(POLL_INTERVAL_MS), LOG_LEVEL: 'info' })
     try {
       // Written once the source knows how it follows, after "Server listening".
-      await expect.poll(() => replica.output(), { timeout: 5000 }).toContain('changes followed by polling the change log')
+      await expect.poll(() => replica.output(), { timeout: PATIENCE_MS }).toContain('changes followed by polling the change log')
       const res = await fetch(`${replica.url}/v1/providers`, { headers: bearer(KEYS.alphaStandard) })
       expect(res.status).toBe(200)
     } finally {

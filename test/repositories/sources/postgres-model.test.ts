@@ -748,5 +748,5 @@ describe('replicas following PostgreSQL, against a model of the transactions com
     if (failures.length > 0) {
       expect.fail(`${failures.join('\n\n')}\n(replay with MODEL_SEED=${seed}${STEPS === 200 ? '' : ` MODEL_STEPS=${STEPS}`})`)
     }
-  }, 60_000)
+  })
 })

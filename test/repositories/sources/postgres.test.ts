@@ -11,6 +11,7 @@ import { migrate, trimChanges } from '../../../src/repositories/sources/postgres
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
 import { bearer, build, KEYS, makeData, makeProvider, recordsOf, sha256, watchLifecycle } from '../../helper.js'
 import { latencyProxy, startPostgres, type PostgresServer } from '../../postgres.js'
+import { PATIENCE_MS } from '../../patience.js'
 
 let server: PostgresServer
 beforeAll(async () => { server = await startPostgres() })
@@ -419,7 +420,7 @@ describe('following changes', () => {
         if (int(3) > 0) await caughtUp(until).catch((error: Error) => { throw new Error(`step ${step}: ${error.message}`) })
       }
       await caughtUp(until)
-    }, 120_000)
+    })
 
     it('survives PostgreSQL ending its sessions between two queries of a read, and reads again', async () => {
       const { lifecycle, until, warnings } = await follow()
@@ -432,11 +433,11 @@ describe('following changes', () => {
       await admin.query("UPDATE members SET email = 'cut@big.example' WHERE organization_id = 'org_big' AND id = 'user_2500'")
       lifecycle.reload()
       // The reads fail (the server's message, or the client's own once the connection is gone) and are tried again.
-      await expect.poll(() => warnings.length, { timeout: 10_000 }).toBeGreaterThan(0)
+      await expect.poll(() => warnings.length, { timeout: PATIENCE_MS }).toBeGreaterThan(0)
       expect(warnings[0], 'a read cut by the server').toMatch(/^reading a change failed; trying again: /)
       await admin.query(`ALTER DATABASE "${name}" RESET idle_in_transaction_session_timeout`)
       await caughtUp(until)
-    }, 30_000)
+    })
   })
 
   it('reads every kind again on reload()', async () => {
@@ -460,7 +461,7 @@ describe('following changes', () => {
     expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(401)
     // The database's order: the statement committed first is served first, or with the revocation.
     expect(revoked.organizations.filter((organization) => organization.id !== 'org_alpha' && organization.members.slice(0, 1)[0]?.first_name !== 'Renamed')).toHaveLength(0)
-  }, 60_000)
+  })
 })
 
 describe('notices and reads that another role or the network spoils', () => {
@@ -513,7 +514,7 @@ describe('notices and reads that another role or the network spoils', () => {
       await flood
       await flooder.end()
     }
-  }, 60_000)
+  })
 
   it('reads only what was missed after its connections were cut, not the tables whole', async () => {
     await admin.query(`INSERT INTO keys SELECT 'many-' || i, encode(sha256(('many-' || i)::bytea), 'hex'), 'standard', 'org_alpha' FROM generate_series(1, 100000) AS i`)
@@ -531,7 +532,7 @@ describe('notices and reads that another role or the network spoils', () => {
     const read = rowsRead.slice(from).reduce((sum, rows) => sum + (rows.keys ?? 0) + (rows.organizations ?? 0), 0)
     // Five revocations, each read by name (a name read and found gone is no row).
     expect(read).toBeLessThan(10)
-  }, 60_000)
+  })
 
   it('installs the changes of two transactions committed in the opposite order of their entries', async () => {
     const { until } = await follow()
@@ -610,7 +611,7 @@ describe('notices and reads that another role or the network spoils', () => {
       await Promise.all(lifecycles.splice(0).map((lifecycle) => lifecycle.close()))
       await proxy.close()
     }
-  }, 40_000)
+  })
 
   it('revokes a key deleted at once after a statement that reads a large organization again, with that statement or after it', async () => {
     await admin.query("INSERT INTO organizations (id, name) VALUES ('org_big', 'Big')")
@@ -623,7 +624,7 @@ describe('notices and reads that another role or the network spoils', () => {
     await until((data) => data.keys.length === 3)
     // Never ahead of the statement committed before it.
     expect(bigRead()).toBe('Renamed')
-  }, 60_000)
+  })
 
   it('revokes a key after a statement that wrote thousands of keys, never ahead of it', async () => {
     await admin.query(`INSERT INTO keys SELECT 'many-' || i, encode(sha256(('many-' || i)::bytea), 'hex'), 'standard', 'org_alpha' FROM generate_series(1, 300000) AS i`)
@@ -631,9 +632,9 @@ describe('notices and reads that another role or the network spoils', () => {
     await admin.query(`INSERT INTO keys SELECT 'more-' || i, encode(sha256(('more-' || i)::bytea), 'hex'), 'standard', 'org_alpha' FROM generate_series(1, 5000) AS i`)
     await new Promise((resolve) => setTimeout(resolve, 30))
     await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
-    await expect.poll(() => lifecycle.current().indexes.keys.byKey.get('alpha-standard'), { timeout: 20_000, interval: 5 }).toBeUndefined()
+    await expect.poll(() => lifecycle.current().indexes.keys.byKey.get('alpha-standard'), { timeout: PATIENCE_MS, interval: 5 }).toBeUndefined()
     expect(lifecycle.current().counts().keys).toBe(305_003)
-  }, 60_000)
+  })
 
   it('never installs a key ahead of the organization created before it, and refuses a bad member row alone', async () => {
     await admin.query(`INSERT INTO organizations (id, position, name) SELECT 'org_' || i, i, 'Org ' || i FROM generate_series(1, 20000) AS i`)
@@ -662,13 +663,13 @@ describe('notices and reads that another role or the network spoils', () => {
     await admin.query("INSERT INTO organizations (id, name) VALUES ('org_fresh', 'Fresh')")
     await new Promise((resolve) => setTimeout(resolve, 100))
     await admin.query("UPDATE keys SET organization_id = 'org_fresh' WHERE name = 'alpha-standard'")
-    await expect.poll(() => lifecycle.current().indexes.keys.byKey.get('alpha-standard')!.organization_id, { timeout: 20_000 }).toBe('org_fresh')
+    await expect.poll(() => lifecycle.current().indexes.keys.byKey.get('alpha-standard')!.organization_id, { timeout: PATIENCE_MS }).toBe('org_fresh')
     expect(orphans).toEqual([])
     // The other organizations' changes went in; the bad one is not served.
-    await expect.poll(() => lifecycle.current().indexes.organizations.byKey.get('org_8')!.members.slice(0, 1)[0]!.first_name, { timeout: 20_000 }).toBe('Renamed')
+    await expect.poll(() => lifecycle.current().indexes.organizations.byKey.get('org_8')!.members.slice(0, 1)[0]!.first_name, { timeout: PATIENCE_MS }).toBe('Renamed')
     expect(lifecycle.current().indexes.organizations.byKey.get('org_7')).toBeUndefined()
     expect(refusals[0]).toBe('table members, row organization_id "org_7", id "user_1": email: "a\u00a0b@x.example" is not an e-mail address')
-  }, 60_000)
+  })
 })
 
 describe('the database\'s location in logs', () => {
