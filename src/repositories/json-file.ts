@@ -34,7 +34,7 @@ type FileKindTests = Pick<Awaited<ReturnType<FileHandle['stat']>>, 'isDirectory'
  *   a position. A text it refuses is located by a JsonChecker instead.
  */
 export async function readJsonFile (path: string, label: string): Promise<unknown> {
-  const handle = await openRegularFile(path, label)
+  const handle = await openDataFile(path, label, MAX_FILE_BYTES)
   let bytes: Buffer
   try {
     bytes = await handle.readFile()
@@ -62,10 +62,11 @@ export async function readJsonFile (path: string, label: string): Promise<unknow
 const CHECK_WINDOW_BYTES = 1024 * 1024
 
 /**
- * Opens a data file to read: a regular file (or a link to one) of at most MAX_FILE_BYTES, or an
- * Error naming the file and what is wrong.
+ * Opens a data file to read: a regular file (or a link to one) of at most `maxBytes` (the server's
+ * MAX_FILE_BYTES; none for npm run db -- import, which streams), or an Error naming the file
+ * (`label`) and what is wrong.
  */
-async function openRegularFile (path: string, label: string): Promise<FileHandle> {
+export async function openDataFile (path: string, label: string, maxBytes: number | undefined): Promise<FileHandle> {
   let handle: FileHandle
   try {
     // O_NONBLOCK: opening a named pipe would otherwise wait for a writer.
@@ -79,8 +80,8 @@ async function openRegularFile (path: string, label: string): Promise<FileHandle
       const kind = KINDS.find(([test]) => stat[test]())?.[1] ?? 'not a file'
       throw new Error(`${label}: ${path} is not a regular file (${kind})`)
     }
-    if (stat.size > MAX_FILE_BYTES) {
-      throw new Error(`${label}: ${stat.size} bytes, over the limit of ${MAX_FILE_BYTES} (${MAX_FILE_BYTES / 1024 / 1024} MiB) for a data file: larger data belongs in PostgreSQL`)
+    if (maxBytes !== undefined && stat.size > maxBytes) {
+      throw new Error(`${label}: ${stat.size} bytes, over the limit of ${maxBytes} (${maxBytes / 1024 / 1024} MiB) for a data file: larger data belongs in PostgreSQL`)
     }
     return handle
   } catch (error) {
