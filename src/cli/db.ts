@@ -2,13 +2,15 @@
 import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { loadConfig } from '../config.js'
-import { RECORD_KINDS, countRecords, describeCounts } from '../repositories/records.js'
-import { FIXTURE_FILES, loadFixtures } from '../repositories/sources/files.js'
-import { writeJsonFile } from '../repositories/json-file.js'
+import { RECORD_KINDS, countRecords, describeCounts, type RecordKind } from '../repositories/records.js'
+import { FIXTURE_FILES } from '../repositories/sources/files.js'
+import { readRecordBatches } from '../repositories/sources/file-stream.js'
+import { MAX_ELEMENT_BYTES } from '../repositories/json-array-file.js'
+import { MAX_FILE_BYTES, writeJsonFile } from '../repositories/json-file.js'
 import { connectPostgres, createPostgresSource, locationOf } from '../repositories/sources/postgres.js'
 import { RETENTION_MS, migrate, trimChanges } from '../repositories/sources/postgres-schema.js'
 import { formatDuration, parseDuration } from './duration.js'
-import { replaceDirectory } from '../repositories/sources/postgres-write.js'
+import { replaceDirectory, type DirectoryBatches } from '../repositories/sources/postgres-write.js'
 import { readAll } from '../repositories/source.js'
 import { readCommandLine, refuseCommandLine } from './command-line.js'
 
@@ -36,7 +38,9 @@ usage: npm run db -- trim [--older-than <duration>]
   --older-than <duration>  the retention: 30s, 15m, 12h, 7d
 `],
   ['import', `Reads and validates a folder's files exactly as the server does, then replaces every row with
-them in one transaction: all or nothing. Bad data never reaches the database.
+them in one transaction: all or nothing. Bad data never reaches the database: the files are read a
+record at a time, once to check them all before connecting, then again as they are written (checked
+again). So they may be of any size (the server reads at most ${MAX_FILE_BYTES / 1024 / 1024} MiB a file); a record, at most ${MAX_ELEMENT_BYTES / 1024 / 1024} MiB.
 
 usage: npm run db -- import --fixtures-dir <dir>
 
@@ -98,7 +102,7 @@ async function main () {
       for (const kind of RECORD_KINDS) {
         await writeJsonFile(join(dir!, FIXTURE_FILES[kind]), data[kind])
       }
-      process.stderr.write(`exported ${count(data)} from ${source.location} to ${dir}\n`)
+      process.stderr.write(`exported ${describeCounts(countRecords(data))} from ${source.location} to ${dir}\n`)
     } finally {
       await source.close()
     }
@@ -106,12 +110,14 @@ async function main () {
   }
 
   // Read and checked before connecting: bad data never reaches the database.
-  const data = command === 'import' ? await loadFixtures(dir!) : undefined
+  if (command === 'import') await checkFolder(dir!)
   const client = await connectPostgres(url, config.DATABASE_CONNECT_TIMEOUT_MS, { onRetry })
   try {
-    if (data) {
-      await replaceDirectory(client, data)
-      process.stderr.write(`imported ${count(data)} from ${dir} into ${locationOf(url)}\n`)
+    if (command === 'import') {
+      // Read again as it is written, and checked again: a file changed since is refused as well.
+      const counts = noRecords()
+      await replaceDirectory(client, Object.fromEntries(RECORD_KINDS.map((kind) => [kind, counted(readRecordBatches(dir!, kind), kind, counts)])) as unknown as DirectoryBatches)
+      process.stderr.write(`imported ${describeCounts(counts)} from ${dir} into ${locationOf(url)}\n`)
     } else if (command === 'trim') {
       const removed = await trimChanges(client, olderThan)
       process.stderr.write(`trimmed the change log of ${locationOf(url)}: ${removed} entries older than ${formatDuration(olderThan)} removed\n`)
@@ -128,8 +134,30 @@ async function main () {
   }
 }
 
-function count (data: Awaited<ReturnType<typeof loadFixtures>>) {
-  return describeCounts(countRecords(data))
+/** Reads every file of the folder as import does, and throws the first one's problem. */
+async function checkFolder (dir: string) {
+  for (const kind of RECORD_KINDS) {
+    for await (const _records of readRecordBatches(dir, kind)) {
+      // Each batch is checked as it is read; nothing is kept.
+    }
+  }
+}
+
+type Counts = { [kind in RecordKind | 'members']: number }
+
+const noRecords = () => Object.fromEntries([...RECORD_KINDS, 'members'].map((kind) => [kind, 0])) as Counts
+
+/** Adds to `counts` the records (and an organization's members) of `kind` as they go by. */
+function count (counts: Counts, kind: RecordKind, record: unknown) {
+  counts[kind]++
+  if (kind === 'organizations') counts.members += (record as { members: unknown[] }).members.length
+}
+
+async function * counted<T> (batches: AsyncIterable<readonly T[]>, kind: RecordKind, counts: Counts) {
+  for await (const records of batches) {
+    for (const record of records) count(counts, kind, record)
+    yield records
+  }
 }
 
 /**

@@ -5,7 +5,7 @@ import { ProviderSchema } from '../schemas/provider.js'
 import { EndpointRecordSchema, servedEndpoint } from '../schemas/endpoint.js'
 import { OrganizationSchema, ApiKeySchema } from '../schemas/fixtures.js'
 import { MemberSchema, type Member } from '../schemas/member.js'
-import { MemberList } from './member-list.js'
+import { MAX_MEMBERS, MemberList } from './member-list.js'
 import { DataError } from './data-error.js'
 import { isApiKey } from './key-table.js'
 
@@ -133,16 +133,27 @@ export function memberProblem (value: unknown, organization: number, index: numb
 
 /**
  * The members of an organization, valid, compacted (member-list.ts), or a DataError naming the first
- * member whose id repeats. `at` says where the members are in `where`.
+ * member whose id repeats, or saying there are too many. `at` says where the members are in `where`.
  */
 export function compactMembers (members: readonly Member[], where: string, at: string): MemberList {
-  const seen = new Map<string, number>()
-  members.forEach(({ id }, index) => {
-    const first = seen.get(id)
-    if (first !== undefined) throw new DataError(`${where}: ${at}[${index}].id: ${quoteValue(id, 'id')} duplicates ${at}[${first}].id`)
-    seen.set(id, index)
-  })
+  const problem = membersProblem(members, at)
+  if (problem !== undefined) throw new DataError(`${where}: ${problem}`)
   return MemberList.of(members, `${where}: ${at}`)
+}
+
+/**
+ * What is wrong between an organization's valid members (`at` says where they are): the first whose id
+ * repeats (`[3].members[5].id: "x" duplicates [3].members[2].id`), else more than MAX_MEMBERS, as
+ * MemberList.of says it; undefined when nothing is.
+ */
+export function membersProblem (members: readonly Member[], at: string): string | undefined {
+  const seen = new Map<string, number>()
+  for (const [index, { id }] of members.entries()) {
+    const first = seen.get(id)
+    if (first !== undefined) return `${at}[${index}].id: ${quoteValue(id, 'id')} duplicates ${at}[${first}].id`
+    seen.set(id, index)
+  }
+  return members.length > MAX_MEMBERS ? `${at}: more than ${MAX_MEMBERS} members, the most an organization may have` : undefined
 }
 
 /**
@@ -158,12 +169,17 @@ export function assertUnique<K extends RecordKind> (kind: K, records: ReadonlyAr
     values.forEach((value, index) => {
       const previous = seen.get(value)
       if (previous !== undefined) {
-        // Bounded, and never a key hash: say where the duplicate is.
-        throw new DataError(`${where}: [${index}].${field}: ${quoteValue(value, field)} duplicates [${previous}].${field}`)
+        throw new DataError(`${where}: ${duplicateProblem(field, value, index, previous)}`)
       }
       seen.set(value, index)
     })
   }
+}
+
+/** `[5].name: "x" duplicates [2].name`: record `index` repeats record `first`'s `value` of a unique field. */
+export function duplicateProblem (field: string, value: string, index: number, first: number): string {
+  // Bounded, and never a key hash: say where the duplicate is.
+  return `[${index}].${field}: ${quoteValue(value, field)} duplicates [${first}].${field}`
 }
 
 /** `3 providers, 2 endpoints, 2 organizations with 253 members, 4 keys`: what a command says it read or wrote. */

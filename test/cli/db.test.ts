@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process'
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -8,7 +8,9 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { BUNDLED_FIXTURES_DIR } from '../../src/config.js'
 import { FIXTURE_FILES } from '../../src/repositories/sources/files.js'
 import type { DirectoryData } from '../../src/repositories/records.js'
-import { makeData, makeMembers, makeProvider } from '../helper.js'
+import { makeData, makeMembers, makeProvider, sha256 } from '../helper.js'
+import { MAX_FILE_BYTES } from '../../src/repositories/json-file.js'
+import { JsonChecker } from '../../src/repositories/json-syntax.js'
 import { startPostgres, type PostgresServer } from '../postgres.js'
 
 const run = promisify(execFile)
@@ -180,7 +182,73 @@ describe('npm run db -- import and export', () => {
     await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({ code: 1 })
     expect((await query('SELECT count(*)::int AS n FROM members')).rows).toEqual([{ n: 253 }])
     expect((await query('SELECT count(*)::int AS n FROM keys')).rows).toEqual([{ n: 4 }])
-  })
+  }, 60_000)
+})
+
+describe('npm run db -- import and export at gateway scale', () => {
+  beforeEach(async () => { await db(url, 'migrate') })
+
+  /** Keys and organizations that make files over the 8 MiB the server reads from a folder, in the order export writes them. */
+  function largeData (keys: number, organizations: number): DirectoryData {
+    return makeData({
+      keys: Array.from({ length: keys }, (_, i) => ({
+        name: `key-${String(i).padStart(7, '0')}`,
+        sha256: sha256(`key ${i}`),
+        kind: i % 10 === 0 ? 'management' as const : 'standard' as const,
+        organization_id: `org_${i % organizations}`,
+        ...(i % 3 === 0 ? { expires_at: `2030-01-01T00:00:${String(i % 60).padStart(2, '0')}Z` } : {})
+      })),
+      organizations: Array.from({ length: organizations }, (_, i) => ({ id: `org_${i}`, name: `Organization ${i}`, members: makeMembers(`o${i}`, 10) }))
+    })
+  }
+
+  it('round-trips files larger than a data file may be, as export writes them, into a database and back', async () => {
+    const data = largeData(70_000, 8_000)
+    await writeData(dir, data)
+    for (const kind of ['keys', 'organizations'] as const) expect((await stat(join(dir, FIXTURE_FILES[kind]))).size).toBeGreaterThan(MAX_FILE_BYTES)
+    const imported = await db(url, 'import', '--fixtures-dir', dir)
+    expect(imported.stderr).toBe(`imported 3 providers, 2 endpoints, 8000 organizations with 80000 members, 70000 keys from ${dir} into ${url}\n`)
+    const out = join(dir, 'out')
+    const exported = await db(url, 'export', '--fixtures-dir', out)
+    expect(exported.stderr).toBe(`exported 3 providers, 2 endpoints, 8000 organizations with 80000 members, 70000 keys from ${url} to ${out}\n`)
+    // Written as they always were: JSON.stringify(records, null, 2) and a line break.
+    for (const kind of Object.keys(FIXTURE_FILES) as Array<keyof DirectoryData>) {
+      expect(await readFile(join(out, FIXTURE_FILES[kind]), 'utf8'), kind).toBe(JSON.stringify(data[kind], null, 2) + '\n')
+    }
+    expect((await readdir(out)).sort()).toEqual(Object.values(FIXTURE_FILES).sort())
+    // The export imported into another database gives the same export.
+    const other = await server.createDatabase()
+    await db(other, 'migrate')
+    expect((await db(other, 'import', '--fixtures-dir', out)).stderr).toContain('8000 organizations with 80000 members, 70000 keys')
+    const again = join(dir, 'again')
+    await db(other, 'export', '--fixtures-dir', again)
+    for (const file of Object.values(FIXTURE_FILES)) expect((await readFile(join(again, file))).equals(await readFile(join(out, file))), file).toBe(true)
+  }, 120_000)
+
+  it('refuses a large file\'s duplicate or bad record with today\'s message, and leaves the database as it was', async () => {
+    await writeData(dir, makeData())
+    await db(url, 'import', '--fixtures-dir', dir)
+    const data = largeData(70_000, 10)
+    const keys = [...data.keys]
+    keys[69_990] = { ...keys[69_990]!, name: keys[12]!.name }
+    await writeData(dir, { ...data, keys })
+    await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({
+      code: 1, stderr: 'keys.json: [69990].name: "key-0000012" duplicates [12].name\n'
+    })
+    keys[69_990] = { ...keys[69_990]!, name: 'key-x', kind: 'revoked' as 'standard' }
+    await writeData(dir, { ...data, keys })
+    await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({
+      code: 1, stderr: 'keys.json: [69990].kind: "revoked" is not one of "standard", "management"\n'
+    })
+    // Cut short: the syntax error, located, comes before the records' problems, as it does in a small file.
+    const cut = (await readFile(join(dir, 'keys.json'))).subarray(0, -30)
+    await writeFile(join(dir, 'keys.json'), cut)
+    const checker = new JsonChecker()
+    checker.write(cut)
+    await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({ code: 1, stderr: `keys.json: ${checker.end()}\n` })
+    expect(checker.end()).toMatch(/^not valid JSON at line 1, column \d+ \(\[69999\]/)
+    expect((await query('SELECT count(*)::int AS n FROM keys')).rows).toEqual([{ n: 4 }])
+  }, 60_000)
 })
 
 describe('npm run db', () => {

@@ -22,6 +22,7 @@ const { createPostgresSource } = await import('../../src/repositories/sources/po
 const { migrate } = await import('../../src/repositories/sources/postgres-schema.js')
 const { replaceDirectory } = await import('../../src/repositories/sources/postgres-write.js')
 const { readAll } = await import('../../src/repositories/source.js')
+const { readRecordBatches } = await import('../../src/repositories/sources/file-stream.js')
 const { makeData, watchLifecycle } = await import('../helper.js')
 const { startPostgres } = await import('../postgres.js')
 
@@ -50,6 +51,10 @@ describe('an extra kind from files', () => {
   it('is loaded, counted, fingerprinted, changed live and refused when bad, its last good records serving on', async () => {
     await write(dataWith(regions('West')))
     expect((await loadFixtures(dir) as WithRegions).regions).toEqual(regions('West'))
+    // What `npm run db -- import` reads.
+    const imported: unknown[] = []
+    for await (const records of readRecordBatches(dir, 'regions' as never)) imported.push(...records)
+    expect(imported).toEqual(regions('West'))
     const lifecycle = createLifecycle(createFileSource(dir))
     lifecycles.push(lifecycle)
     await lifecycle.load()

@@ -1,5 +1,5 @@
 import type pg from 'pg'
-import { KINDS, type DirectoryData } from '../records.js'
+import { KINDS, RECORD_KINDS, type DirectoryData, type Held, type RecordKind, type Records } from '../records.js'
 import type { ApiKey } from '../../schemas/fixtures.js'
 import { LIST_KINDS, checkSchema } from './postgres-schema.js'
 
@@ -10,43 +10,43 @@ import { LIST_KINDS, checkSchema } from './postgres-schema.js'
  */
 const BATCH = 20000
 
-async function insertRows (client: pg.ClientBase, table: string, columns: string[], rows: Iterable<object>) {
+/**
+ * Rows of a table in batches of BATCH, however they come: push() says when a batch is full, and
+ * flush() inserts what is gathered, after what `before` inserts.
+ */
+function rowInserter (client: pg.ClientBase, table: string, columns: string[], before?: { flush(): Promise<void> }) {
   const list = columns.join(', ')
-  const insert = (batch: object[]) => client.query(
-    `INSERT INTO ${table} (${list}) SELECT ${list} FROM json_populate_recordset(NULL::${table}, $1::json)`,
-    [JSON.stringify(batch)]
-  )
   let batch: object[] = []
-  for (const row of rows) {
-    batch.push(row)
-    if (batch.length === BATCH) {
-      await insert(batch)
+  return {
+    push (row: object): boolean {
+      return batch.push(row) === BATCH
+    },
+    async flush () {
+      await before?.flush()
+      if (batch.length === 0) return
+      const rows = batch
       batch = []
+      await client.query(`INSERT INTO ${table} (${list}) SELECT ${list} FROM json_populate_recordset(NULL::${table}, $1::json)`, [JSON.stringify(rows)])
     }
   }
-  if (batch.length > 0) await insert(batch)
 }
 
-/**
- * The members of every organization as rows, in batches across organizations: a statement per
- * organization fired the members trigger a hundred thousand times, most of an import's time.
- */
-function * memberRows (organizations: DirectoryData['organizations']) {
-  for (const { id, members } of organizations) {
-    // A MemberList makes member objects on demand: a batch of them at a time.
-    for (let start = 0; start < members.length; start += BATCH) {
-      const chunk = members.slice(start, start + BATCH)
-      for (let k = 0; k < chunk.length; k++) yield { ...chunk[k], organization_id: id, position: start + k }
-    }
-  }
-}
+/** A kind's records, in order, a batch at a time: a DirectoryData's arrays, or a file's records as they are read. */
+type Batches<K extends RecordKind> = AsyncIterable<ReadonlyArray<Held<K> | Records<K>[number]>> | Iterable<ReadonlyArray<Held<K> | Records<K>[number]>>
+
+/** Each kind's records, in order, a batch at a time. */
+export type DirectoryBatches = { readonly [K in RecordKind]: Batches<K> }
 
 /**
  * Replaces every row of the directory's tables with `data` (validated by the caller), in one
  * transaction: all of it or nothing. Each list keeps its order in the `position` column. The
  * replicas are notified once, at commit, and read everything again.
  */
-export async function replaceDirectory (client: pg.ClientBase, data: DirectoryData) {
+export async function replaceDirectory (client: pg.ClientBase, data: DirectoryData | DirectoryBatches) {
+  const batches = Object.fromEntries(RECORD_KINDS.map((kind) => {
+    const records = data[kind]
+    return [kind, Array.isArray(records) ? [records] : records]
+  })) as unknown as DirectoryBatches
   await client.query('BEGIN')
   try {
     await checkSchema(client)
@@ -56,13 +56,19 @@ export async function replaceDirectory (client: pg.ClientBase, data: DirectoryDa
     for (const table of ['keys', 'members', 'organizations', ...LIST_KINDS.map((kind) => KINDS[kind].table)]) await client.query(`DELETE FROM ${table}`)
     for (const kind of LIST_KINDS) {
       // Each record the document it is, in its place in the list.
-      await client.query(`INSERT INTO ${KINDS[kind].table} (position, document)
-        SELECT position - 1, document FROM json_array_elements($1::json) WITH ORDINALITY AS records (document, position)`, [JSON.stringify(data[kind])])
+      let position = 0
+      for await (const records of batches[kind]) {
+        await client.query(`INSERT INTO ${KINDS[kind].table} (position, document)
+          SELECT $2::bigint + position - 1, document FROM json_array_elements($1::json) WITH ORDINALITY AS records (document, position)`, [JSON.stringify(records), position])
+        position += records.length
+      }
     }
-    await insertRows(client, 'organizations', ['id', 'position', 'name'],
-      data.organizations.map(({ id, name }, position) => ({ id, position, name })))
-    await insertRows(client, 'members', ['organization_id', 'id', 'position', 'email', 'first_name', 'last_name', 'role'], memberRows(data.organizations))
-    await insertRows(client, 'keys', ['name', 'sha256', 'kind', 'organization_id', 'expires_at'], data.keys)
+    await insertOrganizations(client, batches.organizations)
+    const keys = rowInserter(client, 'keys', ['name', 'sha256', 'kind', 'organization_id', 'expires_at'])
+    for await (const records of batches.keys) {
+      for (const key of records) if (keys.push(key)) await keys.flush()
+    }
+    await keys.flush()
     await client.query('COMMIT')
   } catch (error) {
     await client.query('ROLLBACK').catch(() => {})
@@ -71,6 +77,31 @@ export async function replaceDirectory (client: pg.ClientBase, data: DirectoryDa
   // Statistics now, not when autovacuum comes by: the replicas' reads of the members of one
   // organization are then index scans in page order, not a sort of the whole table.
   await client.query(`ANALYZE ${[...LIST_KINDS.map((kind) => KINDS[kind].table), 'organizations', 'members', 'keys'].join(', ')}`)
+}
+
+/**
+ * The organizations and their members, each in batches across organizations (a statement per
+ * organization fired the members trigger a hundred thousand times, most of an import's time); the
+ * organizations of a batch of members are inserted before it.
+ */
+async function insertOrganizations (client: pg.ClientBase, batches: Batches<'organizations'>) {
+  const organizations = rowInserter(client, 'organizations', ['id', 'position', 'name'])
+  // The members' foreign key: their organizations go in first.
+  const members = rowInserter(client, 'members', ['organization_id', 'id', 'position', 'email', 'first_name', 'last_name', 'role'], organizations)
+  let position = 0
+  for await (const records of batches) {
+    for (const { id, name, members: list } of records) {
+      if (organizations.push({ id, position: position++, name })) await organizations.flush()
+      // A MemberList makes member objects on demand: a batch of them at a time.
+      for (let start = 0; start < list.length; start += BATCH) {
+        const chunk = list.slice(start, start + BATCH)
+        for (let k = 0; k < chunk.length; k++) {
+          if (members.push({ ...chunk[k], organization_id: id, position: start + k })) await members.flush()
+        }
+      }
+    }
+  }
+  await members.flush()
 }
 
 /** Records a key; refuses a name already taken (revocation goes by name). */
