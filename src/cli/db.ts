@@ -2,17 +2,20 @@
 import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { loadConfig } from '../config.js'
-import { RECORD_KINDS, countRecords, describeCounts, type RecordKind } from '../repositories/records.js'
+import { RECORD_KINDS, describeCounts, type RecordKind } from '../repositories/records.js'
 import { FIXTURE_FILES } from '../repositories/sources/files.js'
 import { readRecordBatches } from '../repositories/sources/file-stream.js'
-import { MAX_ELEMENT_BYTES } from '../repositories/json-array-file.js'
-import { MAX_FILE_BYTES, writeJsonFile } from '../repositories/json-file.js'
-import { connectPostgres, createPostgresSource, locationOf } from '../repositories/sources/postgres.js'
+import { JsonArrayWriter, MAX_ELEMENT_BYTES } from '../repositories/json-array-file.js'
+import { MAX_FILE_BYTES } from '../repositories/json-file.js'
+import { connectPostgres, locationOf } from '../repositories/sources/postgres.js'
+import { exportDirectory } from '../repositories/sources/postgres-export.js'
 import { RETENTION_MS, migrate, trimChanges } from '../repositories/sources/postgres-schema.js'
 import { formatDuration, parseDuration } from './duration.js'
 import { replaceDirectory, type DirectoryBatches } from '../repositories/sources/postgres-write.js'
-import { readAll } from '../repositories/source.js'
 import { readCommandLine, refuseCommandLine } from './command-line.js'
+
+/** The exit code of an export that wrote its files without the rows a replica refuses (named on stderr). */
+const EXIT_REFUSED = 3
 
 const USAGE = 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --fixtures-dir <dir> | export --fixtures-dir <dir>'
 
@@ -46,8 +49,10 @@ usage: npm run db -- import --fixtures-dir <dir>
 
   --fixtures-dir <dir>  the folder of ${FILES}
 `],
-  ['export', `Writes the data out as a folder's files, read as a replica reads them: import then export
-gives the same files.
+  ['export', `Writes the data out as a folder's files, read as a replica reads them, a record at a time: import
+then export gives the same files. A row a replica would refuse is left out of the files and named on
+stderr, one line each (refused: table keys, row name "...": kind: ...); the command then exits ${EXIT_REFUSED}
+once the files are written, and 1 when nothing could be.
 
 usage: npm run db -- export --fixtures-dir <dir>
 
@@ -92,20 +97,7 @@ async function main () {
   const onRetry = (line: string) => { process.stderr.write(`${line}\n`) }
 
   if (command === 'export') {
-    // The replicas' own reader: what is written is what they serve.
-    const source = createPostgresSource({ url, connectTimeoutMs: config.DATABASE_CONNECT_TIMEOUT_MS, onRetry })
-    try {
-      const read = await readAll(source)
-      // A replica reads keys in no order; a file that diffs well has them in the order of their names.
-      const data = { ...read, keys: [...read.keys].sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0) }
-      await mkdir(dir!, { recursive: true })
-      for (const kind of RECORD_KINDS) {
-        await writeJsonFile(join(dir!, FIXTURE_FILES[kind]), data[kind])
-      }
-      process.stderr.write(`exported ${describeCounts(countRecords(data))} from ${source.location} to ${dir}\n`)
-    } finally {
-      await source.close()
-    }
+    await exportFolder(url, dir!, config.DATABASE_CONNECT_TIMEOUT_MS, onRetry)
     return
   }
 
@@ -158,6 +150,47 @@ async function * counted<T> (batches: AsyncIterable<readonly T[]>, kind: RecordK
     for (const record of records) count(counts, kind, record)
     yield records
   }
+}
+
+/**
+ * Writes every record a replica would serve into the folder's files, each written beside its file then
+ * renamed over it once all are read: a failure leaves the folder as it was. A row a replica refuses
+ * is named, one line each, and the export exits EXIT_REFUSED: a backup that lacks a record is not one
+ * to trust blindly, but the records it has are the ones the replicas serve.
+ */
+async function exportFolder (url: string, dir: string, connectTimeoutMs: number, onRetry: (line: string) => void) {
+  const client = await connectPostgres(url, connectTimeoutMs, { onRetry })
+  const counts = noRecords()
+  let refused = 0
+  const writers = new Map<RecordKind, JsonArrayWriter>()
+  // Made at the first record: a database that cannot be read (its schema, its rights) leaves no trace.
+  const writerOf = async (kind: RecordKind) => {
+    if (writers.size === 0) await mkdir(dir, { recursive: true })
+    if (!writers.has(kind)) writers.set(kind, await JsonArrayWriter.create(join(dir, FIXTURE_FILES[kind])))
+    return writers.get(kind)!
+  }
+  try {
+    await exportDirectory(client, {
+      async write (kind, record) {
+        count(counts, kind, record)
+        await (await writerOf(kind)).write(record)
+      },
+      refuse (_kind, problem) {
+        refused++
+        process.stderr.write(`refused: ${problem}\n`)
+      }
+    })
+    for (const kind of RECORD_KINDS) await writerOf(kind)
+    for (const writer of writers.values()) await writer.commit()
+  } catch (error) {
+    for (const writer of writers.values()) await writer.discard()
+    throw error
+  } finally {
+    await client.end()
+  }
+  const leftOut = refused === 0 ? '' : `, leaving out the ${refused === 1 ? 'record' : `${refused} records`} refused above`
+  process.stderr.write(`exported ${describeCounts(counts)} from ${locationOf(url)} to ${dir}${leftOut}\n`)
+  if (refused > 0) process.exitCode = EXIT_REFUSED
 }
 
 /**

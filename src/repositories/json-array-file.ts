@@ -1,5 +1,5 @@
 import { isUtf8 } from 'node:buffer'
-import type { FileHandle } from 'node:fs/promises'
+import { open, rename, rm, type FileHandle } from 'node:fs/promises'
 import { JsonChecker, UTF8_BOM } from './json-syntax.js'
 import { openDataFile } from './json-file.js'
 
@@ -224,4 +224,51 @@ async function refusal (handle: FileHandle, label: string, notArray: boolean): P
   const { buffer } = await handle.read({ buffer: Buffer.alloc((await handle.stat()).size), position: 0 })
   const bom = UTF8_BOM.every((byte, i) => buffer[i] === byte) ? UTF8_BOM.length : 0
   return new NotAnArray(JSON.parse(buffer.toString('utf8', bom)))
+}
+
+/** What a writer gathers before it writes: a write a MiB, each awaited, so that the file is the only buffer. */
+const WRITE_BYTES = 1024 * 1024
+
+/**
+ * Writes a JSON array an element at a time, byte for byte as writeJsonFile writes the whole array
+ * (`JSON.stringify(records, null, 2)` and a line break), to `path.tmp`: `commit()` renames it over
+ * `path`, `discard()` removes it.
+ */
+export class JsonArrayWriter {
+  private pending = '['
+  private count = 0
+
+  private constructor (private readonly path: string, private readonly handle: FileHandle) {}
+
+  static async create (path: string): Promise<JsonArrayWriter> {
+    return new JsonArrayWriter(path, await open(`${path}.tmp`, 'w'))
+  }
+
+  /** Adds an element. */
+  async write (element: unknown) {
+    // JSON.stringify of an element in an array of indent 2: its own text, every line indented once more
+    // (a string holds no raw line break: JSON escapes it).
+    this.pending += `${this.count++ === 0 ? '\n  ' : ',\n  '}${JSON.stringify(element, null, 2).replaceAll('\n', '\n  ')}`
+    if (this.pending.length >= WRITE_BYTES) await this.flush()
+  }
+
+  /** Ends the array and renames the file over `path`. */
+  async commit () {
+    this.pending += this.count === 0 ? ']\n' : '\n]\n'
+    await this.flush()
+    await this.handle.close()
+    await rename(`${this.path}.tmp`, this.path)
+  }
+
+  async discard () {
+    await this.handle.close().catch(() => {})
+    await rm(`${this.path}.tmp`, { force: true })
+  }
+
+  private async flush () {
+    const bytes = Buffer.from(this.pending)
+    this.pending = ''
+    // A write may take part of what it is given.
+    for (let at = 0; at < bytes.length;) at += (await this.handle.write(bytes, at)).bytesWritten
+  }
 }

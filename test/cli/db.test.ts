@@ -11,6 +11,8 @@ import type { DirectoryData } from '../../src/repositories/records.js'
 import { makeData, makeMembers, makeProvider, sha256 } from '../helper.js'
 import { MAX_FILE_BYTES } from '../../src/repositories/json-file.js'
 import { JsonChecker } from '../../src/repositories/json-syntax.js'
+import { MAX_MEMBERS } from '../../src/repositories/member-list.js'
+import { createPostgresSource } from '../../src/repositories/sources/postgres.js'
 import { startPostgres, type PostgresServer } from '../postgres.js'
 
 const run = promisify(execFile)
@@ -251,6 +253,86 @@ describe('npm run db -- import and export at gateway scale', () => {
   }, 60_000)
 })
 
+describe('npm run db -- export beside rows the schema refuses', () => {
+  beforeEach(async () => { await db(url, 'migrate') })
+
+  it('writes the valid records, names each refused one in a line of its own, and exits 3', async () => {
+    const data = makeData({ organizations: [...makeData().organizations, { id: 'org_gamma', name: 'Gamma', members: makeMembers('gamma', 2) }] })
+    await writeData(dir, data)
+    await db(url, 'import', '--fixtures-dir', dir)
+    // PostgreSQL takes all of these once the keys' CHECKs, if the schema has any, are dropped.
+    await query(`DO $$ DECLARE c record; BEGIN
+      FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = 'keys'::regclass AND contype = 'c' LOOP
+        EXECUTE format('ALTER TABLE keys DROP CONSTRAINT %I', c.conname);
+      END LOOP; END $$`)
+    await query("UPDATE keys SET kind = 'revoked' WHERE name = 'alpha-standard'")
+    await query("UPDATE members SET role = 'org:owner' WHERE organization_id = 'org_beta' AND id = 'user_beta_1'")
+    await query('UPDATE providers SET document = (document::jsonb || \'{"headquarters": "ZZ"}\')::json WHERE slug = \'provider-2\'')
+    const out = join(dir, 'out')
+    const failure = await db(url, 'export', '--fixtures-dir', out).catch((error: { code: number, stderr: string }) => error)
+    expect(failure).toMatchObject({ code: 3 })
+    expect(failure.stderr.split('\n')).toEqual([
+      'refused: table providers, row slug "provider-2": headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code',
+      'refused: table members, row organization_id "org_beta", id "user_beta_1": role: "org:owner" is not one of "org:admin", "org:member"',
+      'refused: table keys, row name "alpha-standard": kind: "revoked" is not one of "standard", "management"',
+      `exported 2 providers, 2 endpoints, 2 organizations with 252 members, 3 keys from ${url} to ${out}, leaving out the 3 records refused above`,
+      ''
+    ])
+    const written = await readData(out)
+    expect(written.providers.map((provider: { slug: string }) => provider.slug)).toEqual(['provider-1', 'provider-3'])
+    expect(written.endpoints).toStrictEqual(JSON.parse(JSON.stringify(data.endpoints)))
+    expect(written.organizations.map((organization: { id: string }) => organization.id)).toEqual(['org_alpha', 'org_gamma'])
+    expect(written.organizations).toStrictEqual(JSON.parse(JSON.stringify([data.organizations[0], data.organizations[2]])))
+    expect(written.keys.map((key: { name: string }) => key.name)).toEqual(['alpha-management', 'beta-management', 'orphan-management'])
+    // What it wrote imports as it is.
+    expect((await db(url, 'import', '--fixtures-dir', out)).stderr).toContain('2 providers, 2 endpoints, 2 organizations with 252 members, 3 keys')
+  })
+
+  it('names what a replica refuses with the replica\'s own messages, values past their bounds left unread', async () => {
+    const data = makeData({ organizations: [...makeData().organizations, { id: 'org_large', name: 'Large', members: makeMembers('large', 0) }] })
+    await writeData(dir, data)
+    await db(url, 'import', '--fixtures-dir', dir)
+    await query(`DO $$ DECLARE c record; BEGIN
+      FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = 'keys'::regclass AND contype = 'c' LOOP
+        EXECUTE format('ALTER TABLE keys DROP CONSTRAINT %I', c.conname);
+      END LOOP; END $$`)
+    // A document past the largest a list's row is read with, values past their fields' bounds, an
+    // organization of more members than one may have, and a hash in capitals.
+    await query("UPDATE providers SET document = json_build_object('name', repeat('x', 9000000), 'slug', 'provider-2') WHERE slug = 'provider-2'")
+    await query("UPDATE keys SET organization_id = repeat('o', 1000000) WHERE name = 'alpha-standard'")
+    await query("UPDATE keys SET sha256 = upper(sha256) WHERE name = 'beta-management'")
+    await query("UPDATE members SET email = repeat('e', 2000) WHERE organization_id = 'org_beta' AND id = 'user_beta_2'")
+    await query(`INSERT INTO members (organization_id, id, position, email, role)
+      SELECT 'org_large', 'user_' || i, i, 'u' || i || '@large.example', 'org:member' FROM generate_series(0, ${MAX_MEMBERS}) AS i`)
+    const failure = await db(url, 'export', '--fixtures-dir', join(dir, 'out')).catch((error: { code: number, stderr: string }) => error)
+    expect(failure).toMatchObject({ code: 3 })
+    const lines = failure.stderr.trimEnd().split('\n')
+    expect(lines.at(-1)).toContain('leaving out the 5 records refused above')
+    // What a replica's whole read refuses, kind by kind.
+    const source = createPostgresSource({ url, connectTimeoutMs: 0 })
+    const { changes } = await source.list().finally(() => source.close())
+    const refusals = changes.flatMap((change) => 'refused' in change ? [...change.refused!.values()] : [])
+    expect(lines.slice(0, -1)).toEqual(refusals.map((problem) => `refused: ${problem}`))
+    expect(lines.slice(0, -1)).toEqual([
+      'refused: table providers, row slug "provider-2": document: 9000036 bytes, over the limit of 8388608 (not read)',
+      'refused: table members, row organization_id "org_beta", id "user_beta_2": email: 2000 bytes, over the limit of 762 (not read)',
+      `refused: table members, organization_id "org_large": more than ${MAX_MEMBERS} members, the most an organization may have`,
+      'refused: table keys, row name "alpha-standard": organization_id: 1000000 bytes, over the limit of 768 (not read)',
+      'refused: table keys, row name "beta-management": sha256: is not a lowercase hex SHA-256'
+    ])
+  })
+
+  it('writes keys in the order of their names by UTF-16 code unit, as JavaScript sorts them', async () => {
+    // U+FF5E sorts after U+1F600 in UTF-16 (a surrogate pair starts with 0xD83D), before it by code point.
+    const names = ['b', 'a\u{1F600}', 'a\uFF5E', 'a', 'A', 'a\u00E9', 'a\uE000x', 'a\u{10000}']
+    const keys = names.map((name, i) => ({ name, sha256: sha256(name), kind: 'standard' as const, organization_id: `o${i}` }))
+    await writeData(dir, makeData({ keys }))
+    await db(url, 'import', '--fixtures-dir', dir)
+    await db(url, 'export', '--fixtures-dir', join(dir, 'out'))
+    expect((await readData(join(dir, 'out'))).keys.map((key: { name: string }) => key.name)).toEqual([...names].sort())
+  })
+})
+
 describe('npm run db', () => {
   it.each([
     [['import'], 'usage:'],
@@ -283,6 +365,15 @@ describe('npm run db', () => {
       `cannot connect to PostgreSQL at postgresql://user@127.0.0.1:1/none (try ${index + 1}: connect ECONNREFUSED 127.0.0.1:1); trying again in N ms, for M ms more (DATABASE_CONNECT_TIMEOUT_MS)`))
     expect(lines.at(-1)).toBe('cannot connect to PostgreSQL at postgresql://user@127.0.0.1:1/none within 500 ms: connect ECONNREFUSED 127.0.0.1:1')
     expect(failure.stderr).not.toContain('s3cret')
+  })
+
+  it('refuses to export from a database without the schema, and writes nothing', async () => {
+    const out = join(dir, 'out')
+    await expect(db(url, 'export', '--fixtures-dir', out)).rejects.toMatchObject({
+      code: 1,
+      stderr: 'the database schema is at version none, this build needs 7: run npm run db -- migrate\n'
+    })
+    expect(await readdir(dir)).toEqual([])
   })
 
   it('refuses to import into a database without the schema', async () => {

@@ -1,10 +1,10 @@
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import fc from 'fast-check'
-import { MAX_ELEMENT_BYTES, NotAnArray, readJsonArray } from '../../src/repositories/json-array-file.js'
-import { readJsonFile } from '../../src/repositories/json-file.js'
+import { JsonArrayWriter, MAX_ELEMENT_BYTES, NotAnArray, readJsonArray } from '../../src/repositories/json-array-file.js'
+import { readJsonFile, writeJsonFile } from '../../src/repositories/json-file.js'
 
 let dir: string
 beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'json-array-file-')) })
@@ -106,5 +106,28 @@ describe('the streaming reader against the server\'s, on generated texts', () =>
     await fc.assert(fc.asyncProperty(spoiled, async (text) => {
       expect(await stream(text)).toStrictEqual(await whole(text))
     }), { numRuns: 300 })
+  })
+})
+
+describe('writing a JSON array an element at a time', () => {
+  it('writes what writeJsonFile writes, byte for byte, and nothing at the path until it commits', async () => {
+    await fc.assert(fc.asyncProperty(fc.array(fc.jsonValue(), { maxLength: 20 }), async (elements) => {
+      await rm(join(dir, 'streamed.json'), { force: true })
+      await writeJsonFile(join(dir, 'whole.json'), elements)
+      const writer = await JsonArrayWriter.create(join(dir, 'streamed.json'))
+      for (const element of elements) await writer.write(element)
+      expect(await readdir(dir)).not.toContain('streamed.json')
+      await writer.commit()
+      expect((await readFile(join(dir, 'streamed.json'))).equals(await readFile(join(dir, 'whole.json')))).toBe(true)
+    }), { numRuns: 100 })
+  })
+
+  it('leaves the file there as it was when discarded', async () => {
+    await writeFile(join(dir, 'data.json'), '[1]\n')
+    const writer = await JsonArrayWriter.create(join(dir, 'data.json'))
+    await writer.write({ a: 2 })
+    await writer.discard()
+    expect(await readdir(dir)).toEqual(['data.json'])
+    expect(await readFile(join(dir, 'data.json'), 'utf8')).toBe('[1]\n')
   })
 })

@@ -143,7 +143,7 @@ export async function connectPostgres (url: string, timeoutMs: number, { applica
 }
 
 /** A bad row's message: `table t, row key "x": field: problem`, from recordProblem's `[3].field: problem`. */
-function rowMessage (problem: string, table: string, row: string): string {
+export function rowMessage (problem: string, table: string, row: string): string {
   let rest = problem.replace(/^\[\d+\]\.?/, '')
   // A key hash is a secret, whatever it holds: never echoed.
   if (table === 'keys' && rest.startsWith('sha256:')) rest = 'sha256: is not a lowercase hex SHA-256'
@@ -181,12 +181,12 @@ function boundOf (schema: TSchema, field: string): number {
 }
 
 /** What is wrong with a value left unread: `field: 50000000 bytes, over the limit of 768 (not read)`. */
-function unread (field: string, bytes: number | string, limit: number | string) {
+export function unread (field: string, bytes: number | string, limit: number | string) {
   return `${field}: ${bytes} bytes, over the limit of ${limit} (not read)`
 }
 
 /** A bounded read's `over` column as a problem, or undefined when every value was read. */
-const overProblem = (over: string | null | undefined) => {
+export const overProblem = (over: string | null | undefined) => {
   if (over === null || over === undefined) return undefined
   const [field = '', bytes = '', limit = ''] = over.split(' ')
   return unread(field, bytes, limit)
@@ -197,10 +197,10 @@ const overProblem = (over: string | null | undefined) => {
  * one record of a file can take. Its size is the row's generated column document_bytes (schema 7),
  * written with the document: json has no length PostgreSQL keeps apart from its text.
  */
-const DOCUMENT_MAX_BYTES = MAX_FILE_BYTES
+export const DOCUMENT_MAX_BYTES = MAX_FILE_BYTES
 
 /** As many characters of a list's key a read takes to name a row whose document it leaves unread: more than a message quotes. */
-const NAME_CHARS = 200
+export const NAME_CHARS = 200
 
 /**
  * A kind served as a whole list: every document of its table, in list order, validated with the
@@ -243,7 +243,7 @@ function textArray (client: pg.ClientBase, values: readonly string[]): string {
 }
 
 /** The key columns a read takes, bounded; a key's expiry is a timestamptz, of a size of its own. */
-const KEY_COLUMNS = boundedColumns(ApiKeySchema, ['name', 'sha256', 'kind', 'organization_id'], 'name')
+export const KEY_COLUMNS = boundedColumns(ApiKeySchema, ['name', 'sha256', 'kind', 'organization_id'], 'name')
 
 /**
  * Keys, all or those of these names, validated; a bad row is refused alone. Every key is built
@@ -290,15 +290,15 @@ async function estimatedKeys (client: pg.ClientBase): Promise<number | undefined
 }
 
 /** An organization's columns and a member's, bounded; a member's organization id is bounded by the rows read. */
-const ORGANIZATION_COLUMNS = boundedColumns(OrganizationSchema, ['id', 'name'], 'id')
-const MEMBER_FIELDS = boundedColumns(MemberSchema, ['id', 'email', 'first_name', 'last_name', 'role'], 'id')
+export const ORGANIZATION_COLUMNS = boundedColumns(OrganizationSchema, ['id', 'name'], 'id')
+export const MEMBER_FIELDS = boundedColumns(MemberSchema, ['id', 'email', 'first_name', 'last_name', 'role'], 'id')
 /** A member row, in array mode: organization_id, id, email, first_name, last_name, role, and what was left unread. */
 const MEMBER_COLUMNS = `organization_id, ${MEMBER_FIELDS.select}, ${MEMBER_FIELDS.over}`
 /**
  * The members of organizations whose ids are within their bound: one past it is refused on its own
  * row, and its members are never read.
  */
-const MEMBER_ROWS = `members WHERE octet_length(organization_id) <= ${boundOf(OrganizationSchema, 'id')}`
+export const MEMBER_ROWS = `members WHERE octet_length(organization_id) <= ${boundOf(OrganizationSchema, 'id')}`
 const PAGE_ORDER = 'ORDER BY organization_id, position, id'
 
 /**
