@@ -106,9 +106,11 @@ async function main () {
   const client = await connectPostgres(url, config.DATABASE_CONNECT_TIMEOUT_MS, { onRetry })
   try {
     if (command === 'import') {
-      // Read again as it is written, and checked again: a file changed since is refused as well.
+      // Read again as it is written, and each record checked again: a file changed since is refused as
+      // well, a value repeated since by the database's unique constraints (and rolled back).
       const counts = noRecords()
-      await replaceDirectory(client, Object.fromEntries(RECORD_KINDS.map((kind) => [kind, counted(readRecordBatches(dir!, kind), kind, counts)])) as unknown as DirectoryBatches)
+      const batches = RECORD_KINDS.map((kind) => [kind, counted(readRecordBatches(dir!, kind, { repeats: false }), kind, counts)])
+      await replaceDirectory(client, Object.fromEntries(batches) as unknown as DirectoryBatches)
       process.stderr.write(`imported ${describeCounts(counts)} from ${dir} into ${locationOf(url)}\n`)
     } else if (command === 'trim') {
       const removed = await trimChanges(client, olderThan)

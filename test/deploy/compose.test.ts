@@ -72,7 +72,7 @@ describe('compose.yaml', () => {
     const job = parse(await readFile('deploy/kubernetes-postgres/migrate-job.yaml', 'utf8'))
     expect(services.migrate!.command).toEqual(job.spec.template.spec.containers[0].command)
     // npm run db -- import --fixtures-dir fixtures, in the image's /app, which holds fixtures/.
-    expect(services.seed!.command).toEqual(['node', 'dist/cli/db.js', 'import', '--fixtures-dir', 'fixtures'])
+    expect(services.seed!.command).toEqual(['node', '--max-semi-space-size=16', 'dist/cli/db.js', 'import', '--fixtures-dir', 'fixtures'])
     expect(await readFile('Dockerfile', 'utf8')).toContain('COPY fixtures ./fixtures')
   })
 

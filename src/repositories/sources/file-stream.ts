@@ -13,10 +13,14 @@ import type { Member } from '../../schemas/member.js'
  *
  * Only valid records are handed over, and none after the first problem; the file is still read to
  * its end, where a syntax error would come before that problem.
+ *
+ * `repeats: false` leaves repeated values to the database's unique constraints: for a second reading
+ * of files checked already, which then holds no index of a million values (some 90 MB) beside the
+ * rows it sends.
  */
-export async function * readRecordBatches<K extends RecordKind> (dir: string, kind: K): AsyncGenerator<Records<K>> {
+export async function * readRecordBatches<K extends RecordKind> (dir: string, kind: K, { repeats = true } = {}): AsyncGenerator<Records<K>> {
   const { file, unique, held } = KINDS[kind]
-  const fields = unique.map((field) => ({ field, values: new UniqueValues(), duplicate: undefined as string | undefined }))
+  const fields = (repeats ? unique : []).map((field) => ({ field, values: new UniqueValues(), duplicate: undefined as string | undefined }))
   let problem: string | undefined
   let index = 0
   try {

@@ -105,6 +105,18 @@ describe('the files as npm run db -- import reads them, against the server', () 
     expect(await streamed()).toStrictEqual(await served())
   })
 
+  it('leaves repeated values to the database when told to, and still refuses a bad record', async () => {
+    await writeData(makeData({ keys: [key('a', 'a'), key('a', 'b')] } as Partial<DirectoryData>))
+    const read = async () => {
+      const names: string[] = []
+      for await (const records of readRecordBatches(dir, 'keys', { repeats: false })) names.push(...records.map(({ name }) => name))
+      return names
+    }
+    expect(await read()).toEqual(['a', 'a'])
+    await writeData(makeData({ keys: [key('a', 'a'), key('a', 'b', { kind: 'revoked' })] } as Partial<DirectoryData>))
+    await expect(read()).rejects.toThrow('keys.json: [1].kind: "revoked" is not one of "standard", "management"')
+  })
+
   it('hands over nothing after the first problem', async () => {
     const keys = Array.from({ length: 3000 }, (_, i) => ({ ...key(`k${i}`, '0'), sha256: i.toString(16).padStart(64, '0') }))
     keys[2500] = { ...keys[2500]!, kind: 'revoked' }
