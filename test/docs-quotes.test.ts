@@ -326,4 +326,32 @@ describe('the lines a server on PostgreSQL writes, as the docs quote them', () =
       await client.end()
     }
   })
+
+  it('npm run db -- export beside rows a replica refuses: a line for each, the summary, exit 3', async () => {
+    const database = await postgres.createDatabase()
+    for (const command of [['migrate'], ['import', '--fixtures-dir', BUNDLED_FIXTURES_DIR]]) {
+      await run(process.execPath, ['dist/cli/db.js', ...command], { env: { PATH: process.env.PATH ?? '', DATABASE_URL: database } })
+    }
+    const client = new pg.Client({ connectionString: database })
+    await client.connect()
+    try {
+      // The statements the page gives, the keys' checks dropped first.
+      await client.query(`DO $$ DECLARE c record; BEGIN
+        FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = 'keys'::regclass AND contype = 'c' LOOP
+          EXECUTE format('ALTER TABLE keys DROP CONSTRAINT %I', c.conname);
+        END LOOP; END $$`)
+      await client.query("UPDATE members SET role = 'org:owner' WHERE id = 'user_globex0001'")
+      await client.query("UPDATE keys SET kind = 'revoked' WHERE name = 'acme-standard'")
+    } finally {
+      await client.end()
+    }
+    const folder = await mkdtemp(join(tmpdir(), 'docs-quotes-'))
+    folders.push(folder)
+    const result = await run(process.execPath, [join(process.cwd(), 'dist/cli/db.js'), 'export', '--fixtures-dir', './backup'], { cwd: folder, env: { PATH: process.env.PATH ?? '', DATABASE_URL: database } })
+      .catch((error: { code: number, stderr: string }) => error)
+    expect(result).toMatchObject({ code: 3 })
+    const lines = result.stderr.replaceAll(database, DOC_URL).trimEnd().split('\n')
+    expect(lines).toHaveLength(3)
+    for (const line of lines) await expectQuoted('docs/postgresql.md', line)
+  })
 })

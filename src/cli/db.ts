@@ -42,8 +42,9 @@ usage: npm run db -- trim [--older-than <duration>]
 `],
   ['import', `Reads and validates a folder's files exactly as the server does, then replaces every row with
 them in one transaction: all or nothing. Bad data never reaches the database: the files are read a
-record at a time, once to check them all before connecting, then again as they are written (checked
-again). So they may be of any size (the server reads at most ${MAX_FILE_BYTES / 1024 / 1024} MiB a file); a record, at most ${MAX_ELEMENT_BYTES / 1024 / 1024} MiB.
+record at a time, once to check them all before connecting, then again as they are written (each
+record checked again). So they may be of any size (the server reads at most ${MAX_FILE_BYTES / 1024 / 1024} MiB a file); a record,
+at most ${MAX_ELEMENT_BYTES / 1024 / 1024} MiB.
 
 usage: npm run db -- import --fixtures-dir <dir>
 
@@ -52,7 +53,7 @@ usage: npm run db -- import --fixtures-dir <dir>
   ['export', `Writes the data out as a folder's files, read as a replica reads them, a record at a time: import
 then export gives the same files. A row a replica would refuse is left out of the files and named on
 stderr, one line each (refused: table keys, row name "...": kind: ...); the command then exits ${EXIT_REFUSED}
-once the files are written, and 1 when nothing could be.
+once the files are written (1 when they could not be: the folder is then left as it was).
 
 usage: npm run db -- export --fixtures-dir <dir>
 
