@@ -1,7 +1,7 @@
 import { execFile, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync } from 'node:fs'
-import { chmod, mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
+import { chmod, copyFile, mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { validate } from 'dockerfile-utils'
@@ -81,7 +81,14 @@ describe('the container image, rebuilt without Docker (test/image.ts)', () => {
     // The image's ENV, but a free port instead of 3000 so that the test never meets another
     // server on this machine; the HEALTHCHECK reads PORT and follows.
     const port = await freePort()
-    const env = { PATH: process.env.PATH ?? '', ...runtime.env, PORT: String(port) }
+    // The image's Node.js is this one (the Dockerfile's FROM follows .nvmrc): a copy the node user
+    // can run, first on PATH, since the tests' Node.js may live where uid 1000 cannot reach (root's
+    // home) and the machine's own may be older (Debian 12's 20, which the server warns of).
+    const bin = join(workspace, 'node-bin')
+    await mkdir(bin, { mode: 0o755 })
+    await copyFile(process.execPath, join(bin, 'node'))
+    await chmod(join(bin, 'node'), 0o755)
+    const env = { PATH: `${bin}:${process.env.PATH ?? ''}`, ...runtime.env, PORT: String(port) }
     // The image runs as node (uid 1000) over files that root owns. Where the tests run as root, do
     // the same, so that a server writing into its own folder fails here as it would in the image.
     const user = process.getuid?.() === 0 ? { uid: 1000, gid: 1000 } : {}
