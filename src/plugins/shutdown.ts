@@ -14,7 +14,7 @@ declare module 'fastify' {
  * a request the client already wrote to be read (it may sit unread in the socket while the event
  * loop is busy); short enough not to hold the shutdown up.
  */
-const DRAIN_IDLE_MS = 1000
+export const DRAIN_IDLE_MS = 1000
 
 /**
  * The most connections the kernel can hold completed for us before we accept them: Node.js's default
@@ -50,23 +50,32 @@ async function acceptWaiting (server: Server) {
 }
 
 /**
- * Has Node.js's close() close the connections idle at that instant `ms` later instead of at once.
+ * Has Node.js's close() close the connections idle `ms` later instead of at once, and only those still
+ * idle once the event loop has read what arrived by then.
  *
  * Not a public contract of Node.js: http.Server's close() closes them by calling the server's own
  * closeIdleConnections() (lib/_http_server.js, since Node.js 19), which no option defers, so it is
  * replaced on this one instance. Kept for what it saves, a request lost on every connection idle at
  * close under load (test/shutdown.test.ts); the test 'keeps a connection idle when close begins
  * open...' there fails on the Node.js release that changes how close() does it.
+ *
+ * A late event loop runs the timers that are due before it reads the sockets: closing from the timer
+ * itself would reset a connection whose request arrived before the deadline but was not read yet. The
+ * timer only schedules the close after the next poll phase, which reads it.
  */
 function deferIdleClose (server: Server, ms: number) {
   const closeIdleConnections = server.closeIdleConnections.bind(server)
   let drain: NodeJS.Timeout | undefined
+  let afterPoll: NodeJS.Immediate | undefined
   // Node.js's close() calls this; nothing else does (Fastify only with a serverFactory).
   server.closeIdleConnections = () => {
-    drain ??= setTimeout(closeIdleConnections, ms)
+    drain ??= setTimeout(() => { afterPoll = setImmediate(closeIdleConnections) }, ms)
   }
   // close() has returned once the last connection closed: nothing left to drain.
-  server.once('close', () => clearTimeout(drain))
+  server.once('close', () => {
+    clearTimeout(drain)
+    clearImmediate(afterPoll)
+  })
 }
 
 /**
