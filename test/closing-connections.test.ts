@@ -5,8 +5,9 @@ import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vites
 import { BUNDLED_MANAGEMENT_KEY, startServer } from './process.js'
 import { exchange, openConnection, parseAnswer } from './raw-http.js'
 
-// What a client sees when the server process closes its connection at the end of a drain, on a
-// machine whose CPU other processes keep busy. Resets are what a load balancer in front turns into 502s.
+// What a client sees when the server process closes its connection: at the end of a drain, on a
+// machine whose CPU other processes keep busy, and after an answer given before the request's body
+// had all arrived. Resets are what a load balancer in front turns into 502s.
 
 const REQUESTS = ['/v1/providers', '/v1/endpoints/zdr', '/v1/organization/members?offset=0&limit=100']
   .map((path) => `GET ${path} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${BUNDLED_MANAGEMENT_KEY}\r\n\r\n`)
@@ -151,6 +152,31 @@ describe('a drain that starts while the server cannot run', () => {
     }
     const seen = (await Promise.all(answers)).map((answer) => answer ? `${answer.status}${answer.headers.connection === 'close' ? ' close' : ''}` : 'reset')
     expect(seen).toEqual(Array(20).fill('200 close'))
+    expect(await server.exited).toBe(0)
+  })
+})
+
+describe('an answer given before the body has arrived', () => {
+  // No operation takes a body: a large one is answered 413 at its headers, while the client is still
+  // sending it. Closing the connection at once, the rest unread, resets it, and a client still writing
+  // then sees EPIPE instead of the answer. 8 MiB is more than a loopback connection's buffers hold.
+  it('answers 413 to every fetch that POSTs 2 or 8 MiB of JSON, not a reset', async () => {
+    const server = await startUnlimited()
+    const outcomes: Record<string, number> = {}
+    for (const mebibytes of [2, 8]) {
+      const body = JSON.stringify({ data: 'x'.repeat(mebibytes * 1024 * 1024) })
+      for (let i = 0; i < 10; i++) {
+        const outcome = await fetch(`${server.url}/v1/providers`, { method: 'POST', headers: { authorization: `Bearer ${BUNDLED_MANAGEMENT_KEY}`, 'content-type': 'application/json' }, body })
+          .then(async (res) => `${res.status} ${JSON.stringify(await res.json())}`, (error: Error & { cause?: { code?: string } }) => error.cause?.code ?? error.message)
+        const key = `${mebibytes} MiB: ${outcome}`
+        outcomes[key] = (outcomes[key] ?? 0) + 1
+      }
+    }
+    expect(outcomes).toEqual({
+      '2 MiB: 413 {"error":{"code":413,"message":"Request body is too large"}}': 10,
+      '8 MiB: 413 {"error":{"code":413,"message":"Request body is too large"}}': 10
+    })
+    server.process.kill('SIGTERM')
     expect(await server.exited).toBe(0)
   })
 })
