@@ -10,6 +10,7 @@ import { redactAndTruncate } from '../secrets.js'
 import { ECHO_MAX } from '../truncate.js'
 import { REQUEST_ID_HEADER, newRequestId } from './request-id.js'
 import { announcesBody } from './request-checks.js'
+import { isLingering, lingerAfterAnswer } from '../lingering-close.js'
 
 // Required, not imported: importing node:http as an ES module reads every one of its exports, and
 // reading WebSocket loads the fetch client bundled in Node.js (undici), 50 ms and more of each start.
@@ -55,7 +56,11 @@ function sendError (error: FastifyError, request: FastifyRequest, reply: Fastify
   }
   // Answered before the body was read (too large, or refused before it was needed): closing the
   // connection is the only way not to read the rest, which Node.js would otherwise read to the end.
-  if (hasUnreadBody(request)) reply.header('connection', 'close')
+  // It closes lingering, so that a client still sending gets this answer rather than a reset.
+  if (hasUnreadBody(request)) {
+    reply.header('connection', 'close')
+    lingerAfterAnswer(request.raw)
+  }
   return reply.code(status).send(errorBody(status, redactAndTruncate(error.validation ? validationMessage(error) : error.message, MESSAGE_MAX)))
 }
 
@@ -89,7 +94,8 @@ const CLIENT_ERROR_STATUS: Record<string, number> = {
  * access line like any answer, written by hand because there is no request. `this` is the app.
  */
 export function clientErrorHandler (this: FastifyInstance, error: Error & { code?: string, reason?: string }, socket: Socket) {
-  if (error.code === 'ECONNRESET' || socket.destroyed) return
+  // A lingering connection has had its answer: the client's end, mid-body, is no new request.
+  if (error.code === 'ECONNRESET' || socket.destroyed || isLingering(socket)) return
   const status = CLIENT_ERROR_STATUS[error.code ?? ''] ?? 400
   const requestId = newRequestId()
   // The parser's reason is its own fixed text ("Invalid header value char"), never the client's bytes.

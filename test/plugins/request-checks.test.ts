@@ -1,3 +1,5 @@
+import { once } from 'node:events'
+import { connect } from 'node:net'
 import { describe, expect, it } from 'vitest'
 import { BODY_LIMIT_BYTES } from '../../src/app.js'
 import { KEYS, bearer, build } from '../helper.js'
@@ -30,6 +32,29 @@ describe('request bodies', () => {
       const { answer, keptOpen } = await rawRequest(portOf(app), `${method} /v1/providers HTTP/1.1\r\nHost: test\r\n${KEY}Transfer-Encoding: chunked\r\n\r\n${chunk.length.toString(16)}\r\n${chunk}\r\n`)
       expect(answer?.status).toBe(413)
       expect(keptOpen).toBe(false)
+    }
+  })
+
+  // The rest of a body refused is read and dropped so that the client gets its answer (a client that
+  // fetches does: test/closing-connections.test.ts), but not for as long as the client likes.
+  it('ends its side after a 413, and closes the connection in a while however long the client goes on sending', async () => {
+    const app = build()
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    // Half-open allowed: the client does not end its side when the server ends its own.
+    const socket = connect({ port: portOf(app), host: '127.0.0.1', allowHalfOpen: true })
+    await once(socket, 'connect')
+    socket.on('error', () => {})
+    const ended = once(socket, 'end')
+    const closed = new Promise((resolve) => socket.on('close', resolve))
+    const answer = exchange(socket, `POST /v1/providers HTTP/1.1\r\nHost: test\r\n${KEY}Content-Type: application/json\r\nContent-Length: ${1024 * 1024 * 1024}\r\n\r\n`)
+    const chunk = Buffer.alloc(16 * 1024, 'x')
+    const sending = setInterval(() => { if (socket.writable) socket.write(chunk) }, 10)
+    try {
+      expect((await answer)?.status).toBe(413)
+      await ended
+      await closed
+    } finally {
+      clearInterval(sending)
     }
   })
 
