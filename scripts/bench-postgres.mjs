@@ -1,7 +1,7 @@
 // The PostgreSQL rows of npm run bench: revocation latency on three replicas of one database, and
 // the reload of a large organization after a change to one of its members, and to all of them. scripts/bench.mjs calls
 // benchPostgres(); `npm run build && node scripts/bench-postgres.mjs` runs it alone (settings:
-// BENCH_PG_REVOCATIONS, 20; BENCH_PG_MEMBERS, 1000000; BENCH_PG_REPLICAS, 3).
+// BENCH_PG_REVOCATIONS, 20; BENCH_PG_MEMBERS, 100000: the most an organization may have, MAX_MEMBERS; BENCH_PG_REPLICAS, 3).
 //
 // It starts a PostgreSQL server of its own (Debian's binaries, /usr/lib/postgresql/N/bin; as the
 // postgres user when run as root) in a temporary folder, on a free port, and removes it after.
@@ -104,7 +104,7 @@ async function status (url, key) {
  *   member (either change reads the organization whole), and the peak RSS meanwhile (sampled).
  * Answers the figures and the Markdown lines of a section for BENCHMARKS.md.
  */
-export async function benchPostgres ({ root, revocations = 20, members = 1_000_000, replicas = 3 }) {
+export async function benchPostgres ({ root, revocations = 20, members = 100_000, replicas = 3 }) {
   const { default: pg } = await import('pg')
   const { migrate } = await import(join(root, 'dist/repositories/sources/postgres-schema.js'))
   const { replaceDirectory } = await import(join(root, 'dist/repositories/sources/postgres-write.js'))
@@ -211,7 +211,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const { lines } = await benchPostgres({
     root: new URL('..', import.meta.url).pathname,
     revocations: Number(process.env.BENCH_PG_REVOCATIONS ?? 20),
-    members: Number(process.env.BENCH_PG_MEMBERS ?? 1_000_000),
+    members: Number(process.env.BENCH_PG_MEMBERS ?? 100_000),
     replicas: Number(process.env.BENCH_PG_REPLICAS ?? 3)
   })
   console.log(lines.join('\n'))
