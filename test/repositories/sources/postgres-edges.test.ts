@@ -7,10 +7,9 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
 import { createPostgresSource } from '../../../src/repositories/sources/postgres.js'
 import { migrate } from '../../../src/repositories/sources/postgres-schema.js'
-import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
 import { ApiKeySchema, KEY_KINDS } from '../../../src/schemas/fixtures.js'
 import { bearer, build, KEYS, makeData, sha256, watchLifecycle } from '../../helper.js'
-import { startPostgres, type PostgresServer } from '../../postgres.js'
+import { databaseWith, startPostgres, type PostgresServer } from '../../postgres.js'
 import { startServer, type RunningServer } from '../../process.js'
 import { PATIENCE_MS } from '../../patience.js'
 
@@ -27,11 +26,7 @@ let url: string
 let admin: pg.Client
 const lifecycles: Lifecycle[] = []
 beforeEach(async () => {
-  url = await server.createDatabase()
-  admin = new pg.Client({ connectionString: url })
-  await admin.connect()
-  await migrate(admin)
-  await replaceDirectory(admin, makeData())
+  ({ url, client: admin } = await databaseWith(server, makeData()))
 })
 afterEach(async () => {
   await Promise.all(lifecycles.splice(0).map((lifecycle) => lifecycle.close()))
