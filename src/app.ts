@@ -16,8 +16,7 @@ import cors from './plugins/cors.js'
 import indexRoutes from './routes/index.js'
 import healthRoutes from './routes/health.js'
 import metricsRoutes from './routes/metrics.js'
-import providerRoutes from './routes/v1/providers.js'
-import endpointRoutes from './routes/v1/endpoints.js'
+import listRoutes from './routes/v1/lists.js'
 import organizationRoutes from './routes/v1/organization.js'
 import openapiDocumentRoutes from './routes/v1/openapi.js'
 import { createSenders } from './routes/v1/send.js'
@@ -152,8 +151,7 @@ export function buildApp ({ snapshots, log, settings, clock = Date.now }: AppOpt
     if (limitKey) v1.addHook('onRequest', limitKey)
     // Answers vary on Accept-Encoding, and with CORS on Origin too: the routes set Vary whole.
     const send = createSenders(origins.length > 0 ? 'Origin, Accept-Encoding' : 'Accept-Encoding')
-    await v1.register(providerRoutes, { send })
-    await v1.register(endpointRoutes, { send })
+    await v1.register(listRoutes, { send })
     await v1.register(organizationRoutes, { send })
   }, { prefix: '/v1' })
 

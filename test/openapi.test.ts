@@ -138,7 +138,7 @@ describe('the OpenAPI document', () => {
         checked++
       }
     }
-    expect(checked).toBe(31)
+    expect(checked).toBe(32)
   })
 })
 

@@ -2,6 +2,7 @@ import fp from 'fastify-plugin'
 import Fastify, { type FastifyInstance, type RouteOptions } from 'fastify'
 import type { SwaggerOptions } from '@fastify/swagger'
 import { compilersFactory } from '../schema-compilers.js'
+import { OPERATIONS } from '../registry.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -23,18 +24,13 @@ const SWAGGER_OPTIONS: SwaggerOptions = {
     info: {
       title: 'Model-gateway directory',
       version: '1.0.0',
-      description: 'Three read-only operations of a model-gateway API, compatible with the public OpenRouter API: ' +
-        'the upstream providers, the endpoints available under zero data retention (ZDR), and the members of the ' +
-        'organization tied to a management key. Every failure answers the Error body, with `error.code` equal to the HTTP status.'
+      description: 'Read-only operations of a model-gateway API, compatible with the public OpenRouter API, each under a tag that ' +
+        'says what it serves. Every failure answers the Error body, with `error.code` equal to the HTTP status.'
     },
     // The routes live under /v1; with the prefix in the server URL, @fastify/swagger strips it
     // from the paths (stripBasePath), so they read /providers as in the spec.
     servers: [{ url: '/v1', description: 'This server; the base address carries the major version' }],
-    tags: [
-      { name: 'Providers', description: 'The upstream providers known to the service' },
-      { name: 'Endpoints', description: 'Model endpoints and their availability under ZDR' },
-      { name: 'Organization', description: 'The organization tied to a management key' }
-    ],
+    tags: OPERATIONS.map(({ tag }) => tag),
     components: {
       securitySchemes: {
         bearerAuth: { type: 'http', scheme: 'bearer', description: 'An API key: `Authorization: Bearer <API_KEY>`. The member listing needs a management key.' }

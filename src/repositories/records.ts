@@ -1,9 +1,7 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { describeErrors, quoteValue } from '../schemas/describe-error.js'
-import { ProviderSchema } from '../schemas/provider.js'
-import { EndpointRecordSchema, servedEndpoint } from '../schemas/endpoint.js'
-import { OrganizationSchema, ApiKeySchema } from '../schemas/fixtures.js'
+import { KINDS, RECORD_KINDS, type RecordKind } from '../registry.js'
 import { MemberSchema, type Member } from '../schemas/member.js'
 import { MAX_MEMBERS, MemberList } from './member-list.js'
 import { DataError } from './data-error.js'
@@ -11,41 +9,7 @@ import { isApiKey } from './key-table.js'
 
 export { DataError }
 
-/**
- * The kinds of record the directory holds, and everything that differs between them: the schema of
- * one record, its file, its table, the field that names a record in the change log and messages, and the
- * fields that must be unique. The sources, the snapshot, the counts, `npm run check` and `npm run db`
- * all walk this registry: a new kind is one entry here and its schema (plus its route and, for
- * PostgreSQL, its table).
- */
-export const KINDS = {
-  providers: { schema: ProviderSchema, file: 'providers.json', table: 'providers', key: 'slug', unique: ['slug'], held: 'list' },
-  endpoints: { schema: EndpointRecordSchema, file: 'zdr-endpoints.json', table: 'endpoints', key: undefined, unique: [], held: 'list', served: servedEndpoint },
-  organizations: { schema: OrganizationSchema, file: 'organizations.json', table: 'organizations', key: 'id', unique: ['id'], held: 'organizations' },
-  keys: { schema: ApiKeySchema, file: 'keys.json', table: 'keys', key: 'name', unique: ['name', 'sha256'], held: 'keys' }
-} as const satisfies Record<string, {
-  schema: TSchema, file: string, table: string, key: string | undefined, unique: readonly string[]
-  /** How the snapshot holds it: a list served whole, or by key (the keys, organizations with member pages). */
-  held: 'list' | 'keys' | 'organizations'
-  /** A record of a list as served, where that is not the record as held (a field the data may leave out). */
-  served?: (record: never) => unknown
-}>
-
-export type RecordKind = keyof typeof KINDS
-
-export const RECORD_KINDS = Object.keys(KINDS) as RecordKind[]
-
-/**
- * Adds a kind to the registry, before any source, command or snapshot is made (they read the
- * registry when their module loads or when they are made): how a test proves that a kind costs one
- * entry. The kinds served are those of KINDS above.
- */
-export function registerKind (name: string, entry: { schema: TSchema, file: string, table: string, key: string | undefined, unique: readonly string[], held: 'list' }) {
-  (KINDS as Record<string, unknown>)[name] = { ...entry }
-  RECORD_KINDS.push(name as RecordKind)
-  ;(checkers as Record<string, unknown>)[name] = TypeCompiler.Compile(Type.Array(entry.schema))
-  ;(recordCheckers as Record<string, unknown>)[name] = TypeCompiler.Compile(entry.schema)
-}
+export { KINDS, RECORD_KINDS, type RecordKind }
 
 /** One record of a kind as a file or a table holds it: organizations with arrays of members. */
 type RecordOf<K extends RecordKind> = Static<(typeof KINDS)[K]['schema']>

@@ -7,6 +7,7 @@ import { KINDS, RECORD_KINDS, type Held, type Organization, type RecordKind } fr
 import type { Change, Whole } from './source.js'
 import { serializeList, type SerializedList } from '../representation.js'
 import type { MemberPage } from './member-list.js'
+import type { ListKind } from '../registry.js'
 
 /** A list served whole (providers, endpoints): its records and its body, serialized once. */
 interface ListIndex<T> {
@@ -46,8 +47,6 @@ export type Index<K extends RecordKind> = Indexes[K]
 /** Any kind's index, for the code that walks the registry. */
 type AnyIndex = ListIndex<unknown> | KeyIndex | OrganizationIndex
 
-/** The kinds served as a list whole (providers, endpoints). */
-export type ListKind = { [K in RecordKind]: (typeof KINDS)[K]['held'] extends 'list' ? K : never }[RecordKind]
 
 /** Records of each kind; `members` counts all organizations' members. */
 export type RecordCounts = { [kind in RecordKind | 'members']: number }
@@ -133,8 +132,8 @@ export async function applyChange<K extends RecordKind> (previous: Index<K> | un
       // A list is served as one body: any change serializes it again (a few hundred records).
       if (!('all' in change)) throw new Error(`${kind} change as a whole list`)
       const records = change.all as readonly unknown[]
-      const { served } = KINDS[kind] as { served?: (record: unknown) => unknown }
-      return { records, list: serializeList(served === undefined ? records : records.map(served)) } as unknown as Index<K>
+      const { served } = KINDS[kind] as { served?: { record: (record: unknown) => unknown } }
+      return { records, list: serializeList(served === undefined ? records : records.map(served.record)) } as unknown as Index<K>
     }
     case 'organizations':
       return await applyOrganizations(previous as OrganizationIndex | undefined, change as Change<'organizations'>) as Index<K>

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { packageInfo } from '../package-info.js'
+import { OPERATIONS } from '../registry.js'
 
 const IndexSchema = Type.Object({
   name: Type.String(),
@@ -12,12 +13,8 @@ const IndexSchema = Type.Object({
   probes: Type.Object({ liveness: Type.String(), readiness: Type.String() })
 })
 
-// The operations of the OpenAPI document, by its operation ids (a test holds the two equal).
-const OPERATIONS = [
-  { id: 'listProviders', method: 'GET' as const, path: '/v1/providers' },
-  { id: 'listEndpointsZdr', method: 'GET' as const, path: '/v1/endpoints/zdr' },
-  { id: 'listOrganizationMembers', method: 'GET' as const, path: '/v1/organization/members' }
-]
+// The operations of the OpenAPI document, by its operation ids: both are made from the registry.
+const INDEXED_OPERATIONS = OPERATIONS.map(({ operationId, path }) => ({ id: operationId, method: 'GET' as const, path: `/v1${path}` }))
 
 /**
  * GET /: what this server is and where its parts are, for someone who opens its address in a
@@ -31,7 +28,7 @@ const indexRoutes: FastifyPluginAsyncTypebox<{ metrics: boolean }> = async (app,
     schema: { hide: true, summary: 'What this server is, and the addresses of its parts', response: { 200: IndexSchema } }
   }, async () => ({
     ...await packageInfo(),
-    operations: OPERATIONS,
+    operations: INDEXED_OPERATIONS,
     docs: '/docs',
     openapi: ['/v1/openapi.json', '/v1/openapi.yaml'],
     // METRICS=false answers /metrics with a 404: then it is not named.

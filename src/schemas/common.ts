@@ -18,6 +18,18 @@ export function Nullable<T extends TSchema> (schema: T, options: SchemaOptions =
   return Type.Union([schema, Type.Null()], options)
 }
 
+/**
+ * A list served whole, `{"data": [...]}`, of records of `schema`: its examples are the records' own,
+ * together in one list.
+ */
+export function ListOf (schema: TSchema, description: string) {
+  return Type.Object({ data: Type.Array(schema) }, {
+    additionalProperties: false,
+    description,
+    examples: [{ data: schema.examples ?? [] }]
+  })
+}
+
 /** Routes refer to the error body by this id; the errors plugin registers the schema under it. */
 const ERROR_SCHEMA_ID = 'Error'
 

@@ -181,11 +181,3 @@ const NO_NATIVE_TOOLS = Object.freeze({})
 export function servedEndpoint (record: Endpoint): Static<typeof EndpointSchema> {
   return record.native_tools === undefined ? { ...record, native_tools: NO_NATIVE_TOOLS } : record as Static<typeof EndpointSchema>
 }
-
-export const EndpointListSchema = Type.Object({
-  data: Type.Array(EndpointSchema)
-}, {
-  additionalProperties: false,
-  description: 'The endpoints available under ZDR, in the order of the data file, each record\'s keys in the order of its data',
-  examples: [{ data: [endpointExample] }]
-})

@@ -31,17 +31,7 @@ export const ProviderSchema = Type.Object({
   $id: 'Provider',
   additionalProperties: false,
   description: 'An upstream provider, with its public contact and policy links and its country codes',
-  examples: [providerExample]
+  examples: [providerExample, { name: 'Sparse Labs', slug: 'sparse-labs', privacy_policy_url: null, headquarters: null, datacenters: null }]
 })
 
 export type Provider = Static<typeof ProviderSchema>
-
-export const ProviderListSchema = Type.Object({
-  data: Type.Array(ProviderSchema)
-}, {
-  additionalProperties: false,
-  description: 'The providers known to the service, in the order of the data file',
-  examples: [{
-    data: [providerExample, { name: 'Sparse Labs', slug: 'sparse-labs', privacy_policy_url: null, headquarters: null, datacenters: null }]
-  }]
-})

@@ -1,6 +1,6 @@
 import type pg from 'pg'
 import type { TObject, TSchema } from '@sinclair/typebox'
-import { KINDS, RECORD_KINDS, type RecordKind } from '../records.js'
+import { KINDS, LIST_KINDS, type RecordKind } from '../../registry.js'
 
 /** The channel the triggers notify on; every replica listens to it. */
 export const CHANNEL = 'model_gateway_directory'
@@ -492,9 +492,6 @@ function listTableSql (kind: RecordKind): string {
 CREATE OR REPLACE TRIGGER ${table}_notify AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${table}
   FOR EACH STATEMENT EXECUTE FUNCTION directory_notify_table();`
 }
-
-/** The kinds served as whole lists: a table of documents each. */
-export const LIST_KINDS = RECORD_KINDS.filter((kind) => KINDS[kind].held === 'list')
 
 /** The schema version this build reads and writes. */
 const SCHEMA_VERSION = MIGRATIONS.at(-1)!.version

@@ -1,7 +1,8 @@
 import type pg from 'pg'
 import { KINDS, RECORD_KINDS, type DirectoryData, type Held, type RecordKind, type Records } from '../records.js'
 import type { ApiKey } from '../../schemas/fixtures.js'
-import { LIST_KINDS, checkSchema } from './postgres-schema.js'
+import { checkSchema } from './postgres-schema.js'
+import { LIST_KINDS } from '../../registry.js'
 
 /**
  * Rows per INSERT: a million members go in 50 statements, each a JSON array PostgreSQL turns into

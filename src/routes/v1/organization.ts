@@ -5,6 +5,7 @@ import { MemberPageQuerySchema, MemberPageSchema } from '../../schemas/member.js
 import { BadRequestResponse, ErrorResponse, NotModifiedResponse } from '../../schemas/common.js'
 import { apiKeyOf, requireManagementKey } from '../../plugins/auth.js'
 import type { Senders } from './send.js'
+import { KINDS } from '../../registry.js'
 import { ECHO_MAX } from '../../truncate.js'
 import { redactAndTruncate } from '../../secrets.js'
 
@@ -37,16 +38,13 @@ function rejectLooseIntegers (request: FastifyRequest, _reply: FastifyReply, don
 }
 
 const organizationRoutes: FastifyPluginAsyncTypebox<{ send: Senders }> = async (app, { send }) => {
-  app.get('/organization/members', {
+  const { path, operationId, tag, summary, description } = KINDS.organizations.operation
+  app.get(path, {
     schema: {
-      operationId: 'listOrganizationMembers',
-      tags: ['Organization'],
-      summary: 'List organization members',
-      description: 'Lists all members of the organization associated with the authenticated management key, one page at a time, ' +
-        'in a stable order: pages concatenate to the whole list. A management key is required. ' +
-        'An offset past the end answers an empty page with the true total_count. ' +
-        'Each page carries a strong ETag, one per content coding, that changes when any member of the organization changes; ' +
-        'If-None-Match with it answers 304.',
+      operationId,
+      tags: [tag.name],
+      summary,
+      description,
       querystring: MemberPageQuerySchema,
       response: {
         200: MemberPageSchema,

@@ -1,0 +1,32 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { TSchema } from '@sinclair/typebox'
+import { KINDS, LIST_KINDS, type ListOperation } from '../../registry.js'
+import { ListOf, NotModifiedResponse } from '../../schemas/common.js'
+import type { Senders } from './send.js'
+
+/**
+ * Every kind the registry serves as a whole list, at its operation's path: the list its snapshot
+ * serialized, or a 304 (send.ts).
+ */
+const listRoutes: FastifyPluginAsyncTypebox<{ send: Senders }> = async (app, { send }) => {
+  for (const kind of LIST_KINDS) {
+    const entry = KINDS[kind] as { schema: TSchema, served?: { schema: TSchema }, operation: ListOperation }
+    const { path, operationId, tag, summary, description, listDescription } = entry.operation
+    app.get(path, {
+      schema: {
+        operationId,
+        tags: [tag.name],
+        summary,
+        description,
+        response: {
+          200: ListOf(entry.served?.schema ?? entry.schema, listDescription),
+          304: NotModifiedResponse
+        }
+      }
+    }, (request, reply) => {
+      send.sendList(request, reply, request.snapshot.list(kind))
+    })
+  }
+}
+
+export default listRoutes
