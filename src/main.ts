@@ -60,8 +60,8 @@ function describeUse (config: Config, source: Source) {
 /** The modes in the start line's words. */
 const FOLLOWED_BY = { notify: 'notifications', poll: 'polling the change log', watch: 'watching the folder', none: 'nothing' } as const
 
-const HELP = `Serves the directory API at /v1 (the providers, the endpoints under zero data retention, the members
-of an organization), its reference at /docs, its metrics at /metrics.
+const HELP = `Serves the directory API at /v1 (every operation GET / lists, described at /v1/openapi.json), its
+reference at /docs, its metrics at /metrics.
 
 usage: npm start [-- --help]
        node dist/server.js            (as the container image runs it)

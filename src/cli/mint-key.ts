@@ -27,8 +27,8 @@ usage: npm run key -- --kind standard|management --org <organization id> --name 
        npm run key -- revoke --name <label> [--fixtures-dir <dir>]
        npm run key -- list [--fixtures-dir <dir>]
 
-  --kind standard|management  a standard key lists providers and endpoints; a management key also
-                              lists the members of its organization
+  --kind standard|management  a standard key calls every operation but the member listing; a management
+                              key calls that one too, for the members of its own organization
   --org <organization id>     the organization the key belongs to
   --name <label>              the key's name, unique: what rotate and revoke take
   --expires-in <duration>     the key answers 401 after this long: 30s, 15m, 12h, 90d
