@@ -3,6 +3,7 @@ import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from '../src/app.js'
 import { fixedSnapshots } from '../src/repositories/lifecycle.js'
+import { RECORD_KINDS, type DirectoryData } from '../src/repositories/records.js'
 import { ajvFormats } from '../src/schemas/formats.js'
 
 interface MediaType { schema: unknown, example?: unknown }
@@ -41,7 +42,7 @@ const pointerToken = (text: string) => text.replace(/~/g, '~0').replace(/\//g, '
 
 /** The document the server publishes at /v1/openapi.json, from an app of its own. */
 export async function fetchServedDocument () {
-  const app = buildApp({ snapshots: await fixedSnapshots({ providers: [], endpoints: [], organizations: [], keys: [] }) })
+  const app = buildApp({ snapshots: await fixedSnapshots(Object.fromEntries(RECORD_KINDS.map((kind) => [kind, []])) as unknown as DirectoryData) })
   try {
     const res = await app.inject({ url: '/v1/openapi.json' })
     if (res.statusCode !== 200) throw new Error(`GET /v1/openapi.json answered ${res.statusCode}`)

@@ -4,6 +4,7 @@ import { afterAll, describe, expect, it } from 'vitest'
 import { chromium, type Browser } from 'playwright-core'
 import Fastify from 'fastify'
 import docsPage, { buildDocsApp } from '../src/routes/docs.js'
+import { KINDS, OPERATIONS } from '../src/registry.js'
 import { KEYS, build } from './helper.js'
 
 describe('the reference page at /docs', () => {
@@ -83,7 +84,7 @@ describe('the reference page at /docs, in a real browser', () => {
   let browser: Browser | undefined
   afterAll(() => browser?.close())
 
-  it('lists the three operations, fetches nothing from outside this server, and leaves a screenshot in reports/', async () => {
+  it('lists every operation of the registry, fetches nothing from outside this server, and leaves a screenshot in reports/', async () => {
     // Fails (and counts as failed) rather than skips: a page nobody has seen render is not tested.
     if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: install it with \`apt-get update && apt-get install -y chromium\``)
     const origin = await app.listen({ host: '127.0.0.1', port: 0 })
@@ -111,7 +112,7 @@ describe('the reference page at /docs, in a real browser', () => {
     const response = await page.goto(`${origin}/docs`)
     expect(await response?.headerValue('content-security-policy')).toContain("default-src 'self'")
     const operations = page.locator('.opblock')
-    await operations.nth(2).waitFor()
+    await operations.nth(OPERATIONS.length - 1).waitFor()
 
     // The service's name and version head the page, and its tab; no Fastify logo, no Explore bar.
     const { version } = JSON.parse(await readFile('package.json', 'utf8')) as { version: string }
@@ -120,16 +121,15 @@ describe('the reference page at /docs, in a real browser', () => {
     expect(await page.locator('.download-url-input, .download-url-button').count()).toBe(0)
     expect(await page.locator('img').count()).toBe(0)
     expect((await page.locator('.info .title').textContent())?.replace(/\s+/g, ' ')).toMatch(new RegExp(`^Model-gateway directory ${version.replaceAll('.', '\\.')}\\b`))
-    expect(await operations.count()).toBe(3)
-    expect(await page.locator('.opblock-summary-path').allTextContents()).toEqual(['/providers', '/endpoints/zdr', '/organization/members'])
-    expect(await page.locator('.opblock-summary-operation-id').allTextContents()).toEqual(['listProviders', 'listEndpointsZdr', 'listOrganizationMembers'])
-    expect(await page.locator('.opblock-tag').allTextContents()).toEqual([
-      expect.stringContaining('Providers'), expect.stringContaining('Endpoints'), expect.stringContaining('Organization')
-    ])
+    expect(await operations.count()).toBe(OPERATIONS.length)
+    expect(await page.locator('.opblock-summary-path').allTextContents()).toEqual(OPERATIONS.map(({ path }) => path))
+    expect(await page.locator('.opblock-summary-operation-id').allTextContents()).toEqual(OPERATIONS.map(({ operationId }) => operationId))
+    expect(await page.locator('.opblock-tag').allTextContents()).toEqual(OPERATIONS.map(({ tag }) => expect.stringContaining(tag.name)))
 
     // Opened, the member listing shows its parameters and every documented status.
-    await operations.nth(2).locator('.opblock-summary').click()
-    const members = page.locator('#operations-Organization-listOrganizationMembers')
+    const { operationId, tag } = KINDS.organizations.operation
+    const members = page.locator(`#operations-${tag.name}-${operationId}`)
+    await members.locator('.opblock-summary').click()
     await members.locator('.parameters').waitFor()
     expect(await members.locator('.parameter__name').allTextContents()).toEqual(['offset', 'limit'])
     expect(await members.locator('.responses-table tbody .response-col_status').allTextContents()).toEqual(['200', '304', '400', '401', '403', '404', '413', '417', '429', '500', '503'])

@@ -5,9 +5,9 @@ import { TestRunner, onTestFinished, vi } from 'vitest'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, type LogOptions } from '../src/app.js'
 import type { Lifecycle, Snapshots, SnapshotInfo } from '../src/repositories/lifecycle.js'
-import { KINDS, RECORD_KINDS, type DirectoryData } from '../src/repositories/records.js'
+import { RECORD_KINDS, type DirectoryData, type Held } from '../src/repositories/records.js'
 import { createSnapshot, type Snapshot } from '../src/repositories/snapshot.js'
-import type { ListKind } from '../src/registry.js'
+import { LIST_KINDS, type ListKind } from '../src/registry.js'
 import type { Provider } from '../src/schemas/provider.js'
 import type { Endpoint } from '../src/schemas/endpoint.js'
 import { MemberList } from '../src/repositories/member-list.js'
@@ -244,11 +244,11 @@ export function closeFileApps () {
   return Promise.all(fileApps.splice(0).map((app) => app.close()))
 }
 
-/** Snapshots whose data layer fails on reading the lists and pages named: for the 500s. */
+/** Snapshots whose data layer fails on reading the lists and pages named (every one, unless told): for the 500s. */
 export function failingSnapshots (
   data: DirectoryData = makeData(),
   failure = new Error('the data layer failed'),
-  parts: Array<ListKind | 'memberPage'> = ['providers', 'endpoints', 'memberPage']
+  parts: Array<ListKind | 'memberPage'> = [...LIST_KINDS, 'memberPage']
 ): ReturnType<typeof snapshotsOf> {
   const broken = () => { throw failure }
   const snapshots = snapshotsOf(data)
@@ -270,10 +270,10 @@ export function failingSnapshots (
 /** The records a snapshot serves, as a source reads them (keyed kinds in key order). */
 export function recordsOf (snapshot: Snapshot) {
   const byKey = <T>(values: Iterable<T>, key: (value: T) => string) => [...values].sort((a, b) => key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0)
-  // Every kind of the registry, a test's own included.
-  const lists = Object.fromEntries(RECORD_KINDS.filter((kind) => KINDS[kind].held === 'list').map((kind) => [kind, (snapshot.indexes[kind] as unknown as { records: unknown[] }).records]))
+  // Every list kind of the registry, a test's own included.
+  const lists = Object.fromEntries(LIST_KINDS.map((kind) => [kind, (snapshot.indexes[kind] as unknown as { records: unknown[] }).records]))
   return {
-    ...lists as { providers: Provider[], endpoints: Endpoint[] } & Record<string, unknown[]>,
+    ...lists as { [K in ListKind]: Array<Held<K>> } & Record<string, unknown[]>,
     organizations: byKey(snapshot.indexes.organizations.byKey.values(), (organization) => organization.id),
     keys: byKey(snapshot.indexes.keys.byKey.values(), (key) => key.name)
   }

@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { parse as parseYaml } from 'yaml'
 import { createSnapshot } from '../src/repositories/snapshot.js'
+import { KINDS, LIST_KINDS, OPERATIONS } from '../src/registry.js'
 import { KEYS, bearer, build, failingSnapshots, snapshotsOf, makeData, makeProvider, sha256 } from './helper.js'
 import { createConformanceChecker, createDocumentValidator, fetchServedDocument, takeConformanceFailures, type OpenApiDocument } from './conformance.js'
 
@@ -61,13 +62,16 @@ describe('the OpenAPI document', () => {
     }
   })
 
-  it('lists the three operations with their ids, tagged with the groups of the spec', () => {
-    expect(operations.map(({ path, method, operation }) => [method, path, operation.operationId, operation.tags])).toEqual([
-      ['get', '/providers', 'listProviders', ['Providers']],
-      ['get', '/endpoints/zdr', 'listEndpointsZdr', ['Endpoints']],
-      ['get', '/organization/members', 'listOrganizationMembers', ['Organization']]
-    ])
-    expect((document as OpenApiDocument & { tags: Array<{ name: string }> }).tags.map((tag) => tag.name)).toEqual(['Providers', 'Endpoints', 'Organization'])
+  it('lists every operation of the registry and no other, with its id, under its tag', () => {
+    expect(operations.map(({ path, method, operation }) => [method, path, operation.operationId, operation.tags]))
+      .toEqual(OPERATIONS.map(({ path, operationId, tag }) => ['get', path, operationId, [tag.name]]))
+    expect((document as OpenApiDocument & { tags: Array<{ name: string }> }).tags).toEqual(OPERATIONS.map(({ tag }) => tag))
+    // The operations of OpenRouter's reference keep its ids and groups, which its SDK knows them by.
+    expect(operations.map(({ path, operation }) => [path, operation.operationId, operation.tags])).toEqual(expect.arrayContaining([
+      ['/providers', 'listProviders', ['Providers']],
+      ['/endpoints/zdr', 'listEndpointsZdr', ['Endpoints']],
+      ['/organization/members', 'listOrganizationMembers', ['Organization']]
+    ]))
   })
 
   it('puts every operation behind the HTTP bearer scheme', () => {
@@ -79,10 +83,10 @@ describe('the OpenAPI document', () => {
 
   it('documents 200 and each error status, errors with the shared Error schema, every response with a description and an example', () => {
     const statuses = Object.fromEntries(operations.map(({ operation }) => [operation.operationId, Object.keys(operation.responses)]))
+    // Every list the registry serves whole answers alike; the member pages, paged, of a management key's organization, also 403 and 404.
     expect(statuses).toEqual({
-      listProviders: ['200', '304', '400', '401', '413', '417', '429', '500', '503'],
-      listEndpointsZdr: ['200', '304', '400', '401', '413', '417', '429', '500', '503'],
-      listOrganizationMembers: ['200', '304', '400', '401', '403', '404', '413', '417', '429', '500', '503']
+      ...Object.fromEntries(LIST_KINDS.map((kind) => [KINDS[kind].operation.operationId, ['200', '304', '400', '401', '413', '417', '429', '500', '503']])),
+      [KINDS.organizations.operation.operationId]: ['200', '304', '400', '401', '403', '404', '413', '417', '429', '500', '503']
     })
     for (const { operation } of operations) {
       for (const [status, response] of Object.entries(operation.responses)) {
@@ -108,9 +112,13 @@ describe('the OpenAPI document', () => {
     for (const { operation } of operations.filter(({ operation }) => operation !== members)) expect(operation.parameters).toBeUndefined()
   })
 
-  it('publishes Provider, Endpoint (with its WorkloadPerformance), Member and Error as components, with the field descriptions of the spec', () => {
+  it('publishes the record of each list (Provider, Endpoint with its WorkloadPerformance...), Member and Error as components, with the field descriptions of the spec', () => {
     const schemas = document.components.schemas
-    expect(Object.keys(schemas).sort()).toEqual(['Endpoint', 'Error', 'Member', 'Provider', 'WorkloadPerformance'])
+    const listed = LIST_KINDS.map((kind) => {
+      const entry = KINDS[kind] as { schema: { $id?: string }, served?: { schema: { $id?: string } } }
+      return (entry.served?.schema ?? entry.schema).$id!
+    })
+    expect(Object.keys(schemas).sort()).toEqual([...listed, 'Error', 'Member', 'WorkloadPerformance'].sort())
     const provider = schemas.Provider!.properties as Record<string, { description?: string }>
     expect(provider.headquarters!.description).toBe("ISO 3166-1 alpha-2 country code of the provider's headquarters")
     // Every field of every component says what it is.

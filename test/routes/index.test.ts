@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises'
 import { describe, expect, it } from 'vitest'
+import { OPERATIONS } from '../../src/registry.js'
 import { KEYS, bearer, build } from '../helper.js'
 import { startServer } from '../process.js'
 
@@ -8,11 +9,8 @@ const packageJson = JSON.parse(await readFile('package.json', 'utf8')) as { name
 const INDEX = {
   name: 'model-gateway-directory',
   version: packageJson.version,
-  operations: [
-    { id: 'listProviders', method: 'GET', path: '/v1/providers' },
-    { id: 'listEndpointsZdr', method: 'GET', path: '/v1/endpoints/zdr' },
-    { id: 'listOrganizationMembers', method: 'GET', path: '/v1/organization/members' }
-  ],
+  // Every operation of the registry, under /v1 (that these are the OpenAPI document's is tested below).
+  operations: OPERATIONS.map(({ operationId, path }) => ({ id: operationId, method: 'GET', path: `/v1${path}` })),
   docs: '/docs',
   openapi: ['/v1/openapi.json', '/v1/openapi.yaml'],
   metrics: '/metrics',
