@@ -5,7 +5,7 @@ import './formats.js'
  * The longest string of each sort a data file may hold, in characters (UTF-16 code units, as
  * JavaScript counts them). Every record is held in memory, and its strings end up in log lines,
  * messages and Redis keys: an unbounded one lets a single record cost what the file weighs. Each bound
- * is far above any real value (docs/data.md, "The four files", says why each).
+ * is far above any real value (docs/data.md, "The data files", says why each).
  */
 export const IDENTIFIER_MAX = 256
 export const NAME_MAX = 1024
