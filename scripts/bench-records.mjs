@@ -104,7 +104,7 @@ const DATA_SETS = [
 /** Starts the server on `dir`; answers once it listens, with its output so far (which grows). */
 async function start (root, dir) {
   const child = spawn(process.execPath, serverArgs(root), {
-    env: { PATH: process.env.PATH, PORT: '0', FIXTURES_DIR: dir },
+    env: { PATH: process.env.PATH, PORT: '0', DATA_DIR: dir },
     stdio: ['ignore', 'pipe', 'pipe']
   })
   const server = { child, output: '', url: '' }

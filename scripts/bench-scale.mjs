@@ -312,7 +312,7 @@ async function measureBuild ({ build, database, server, files, work, keys, organ
     const db = (...args) => execFileSync(process.execPath, [join(build.root, 'dist/cli/db.js'), ...args], { cwd: build.root, env: { PATH: process.env.PATH, DATABASE_URL: url }, stdio: 'pipe' })
     db('migrate')
     const importStarted = performance.now()
-    db('import', '--fixtures-dir', files.dir)
+    db('import', '--data-dir', files.dir)
     const importMs = performance.now() - importStarted
     // The rest of the rows, past what files hold: the same SQL for every build.
     console.error(`${build.label}: adding the rows up to ${fmt(keys)} keys and ${fmt(organizations)} organizations of 10...`)

@@ -187,7 +187,7 @@ async function startService (name, fixturesDir, key, settings = {}, without = un
       PORT: String(port),
       ...BENCH_SETTINGS,
       ...settings,
-      ...(fixturesDir ? { FIXTURES_DIR: fixturesDir } : {}),
+      ...(fixturesDir ? { DATA_DIR: fixturesDir } : {}),
       ...(without ? { BENCH_WITHOUT: without, BENCH_KEY_SHA256: sha256(key) } : {})
     },
     stdio: ['ignore', 'pipe', 'pipe']

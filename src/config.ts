@@ -3,7 +3,7 @@ import { Type, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { closest, describeErrors } from './schemas/describe-error.js'
 
-/** The data set shipped with the service, used when FIXTURES_DIR is not set. */
+/** The data set shipped with the service (its fixtures), used when DATA_DIR is not set. */
 export const BUNDLED_FIXTURES_DIR = fileURLToPath(new URL('../fixtures', import.meta.url))
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
@@ -13,8 +13,8 @@ const ConfigSchema = Type.Object({
   HOST: Type.String({ default: '127.0.0.1', pattern: '^[A-Za-z0-9.:-]+$', expected: 'a host name or an IP address, such as 0.0.0.0 or ::' }),
   PORT: Type.Integer({ default: 3000, minimum: 0, maximum: 65535 }),
   LOG_LEVEL: Type.Union(LOG_LEVELS.map((level) => Type.Literal(level)), { default: 'info' }),
-  FIXTURES_DIR: Type.String({ default: BUNDLED_FIXTURES_DIR, minLength: 1 }),
-  // When set, the data is in PostgreSQL, and FIXTURES_DIR is not read.
+  DATA_DIR: Type.String({ default: BUNDLED_FIXTURES_DIR, minLength: 1 }),
+  // When set, the data is in PostgreSQL, and DATA_DIR is not read.
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'postgresql://user:password@host:port/database', expected: 'a PostgreSQL URL, such as postgresql://user:password@db.example:5432/directory' })),
   DATABASE_CONNECT_TIMEOUT_MS: Type.Integer({ default: 30000, minimum: 0, description: 'How long an unreachable database is retried at start' }),
   // Where notifications cannot arrive (a hot standby, a transaction pooler): a read of the change
@@ -47,6 +47,25 @@ const ConfigSchema = Type.Object({
 
 export type Config = Static<typeof ConfigSchema>
 
+/**
+ * Former names of settings, still read: FIXTURES_DIR named the data folder when the folder held only
+ * the bundled sample data (the fixtures); it names the production data too.
+ */
+export const FORMER_NAMES = { FIXTURES_DIR: 'DATA_DIR' } as const satisfies Record<string, keyof Config>
+
+/** `env` with each former name read as its setting; both given with different values is refused. */
+function withFormerNames (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const renamed = { ...env }
+  for (const [former, name] of Object.entries(FORMER_NAMES)) {
+    if (!env[former]) continue
+    if (env[name] && env[name] !== env[former]) {
+      throw new Error(`invalid setting ${former}: the former name of ${name}, which is set to another value; set ${name} alone`)
+    }
+    renamed[name] = env[former]
+  }
+  return renamed
+}
+
 function parse (type: unknown, text: string): unknown {
   // Only whole decimal numbers become integers ("3.5" must not quietly become 3).
   if (type === 'integer' && /^-?[0-9]+$/.test(text)) return Number(text)
@@ -64,7 +83,8 @@ export function corsOrigins ({ CORS_ORIGINS }: Pick<Config, 'CORS_ORIGINS'>): st
  * message naming the variable when a value is wrong. TypeBox, which checks everything else,
  * checks these too: no second validator to load at start.
  */
-export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
+export function loadConfig (environment: NodeJS.ProcessEnv = process.env): Config {
+  const env = withFormerNames(environment)
   const given = Object.fromEntries(
     Object.entries(ConfigSchema.properties).flatMap(([name, schema]) => {
       const text = env[name]
@@ -105,7 +125,7 @@ export type ConnectionLimits = Pick<Config, 'KEEP_ALIVE_TIMEOUT_MS' | 'HEADERS_T
 export function unknownSettings (env: NodeJS.ProcessEnv = process.env): Array<{ variable: string, closest: string | undefined }> {
   const names = Object.keys(ConfigSchema.properties)
   const prefixes = new Set(names.filter((name) => name.includes('_')).map((name) => `${name.split('_')[0]}_`))
-  return Object.keys(env).filter((variable) => !names.includes(variable)).flatMap((variable) => {
+  return Object.keys(env).filter((variable) => !names.includes(variable) && !(variable in FORMER_NAMES)).flatMap((variable) => {
     const near = closest(variable, names)
     const ours = [...prefixes].some((prefix) => variable.startsWith(prefix)) || (near !== undefined && variable.includes('_'))
     return ours ? [{ variable, closest: near }] : []

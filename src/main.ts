@@ -2,7 +2,7 @@
 import module from 'node:module'
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
-import { corsOrigins, describeSettings, loadConfig, unknownSettings, type Config } from './config.js'
+import { FORMER_NAMES, corsOrigins, describeSettings, loadConfig, unknownSettings, type Config } from './config.js'
 import { readCommandLine } from './cli/command-line.js'
 import { createLifecycle, type Lifecycle } from './repositories/lifecycle.js'
 import { createFileSource } from './repositories/sources/files.js'
@@ -92,7 +92,7 @@ async function main () {
           pollIntervalMs: config.POLL_INTERVAL_MS,
           onRetry: (line) => process.stderr.write(`${line}\n`)
         })
-      : createFileSource(config.FIXTURES_DIR)
+      : createFileSource(config.DATA_DIR)
     // With a bound on staleness, the source is read often enough to confirm the data current well within it.
     lifecycle = createLifecycle(source, { confirmEveryMs: config.MAX_STALENESS_MS === undefined ? undefined : Math.min(5000, Math.floor(config.MAX_STALENESS_MS / 3)) })
     await lifecycle.load()
@@ -138,6 +138,9 @@ async function main () {
   const use = describeUse(config, source)
   app.log.info(use.fields, use.message)
   // Names only: a value may be a secret.
+  for (const [former, name] of Object.entries(FORMER_NAMES)) {
+    if (process.env[former]) app.log.warn({ variable: former, setting: name }, `${former} is the former name of ${name}: it is read as ${name}; rename it`)
+  }
   for (const { variable, closest } of unknownSettings()) {
     app.log.warn({ variable, did_you_mean: closest ?? null }, `${variable} is not a setting of this server, and is ignored${closest === undefined ? '' : `: did you mean ${closest}?`}`)
   }

@@ -23,7 +23,7 @@ describe('node scripts/build.mjs --if-stale (what npm start, npm run key, check,
   const build = () => run(process.execPath, [join(dir, 'scripts/build.mjs'), '--if-stale']).then(
     ({ stdout, stderr }) => ({ code: 0, output: stdout + stderr }),
     (error: { code: number, stdout: string, stderr: string }) => ({ code: error.code, output: error.stdout + error.stderr }))
-  const check = async () => (await run(process.execPath, [join(dir, 'dist/cli/check.js'), '--fixtures-dir', 'fixtures'])).stdout
+  const check = async () => (await run(process.execPath, [join(dir, 'dist/cli/check.js'), '--data-dir', 'fixtures'])).stdout
   const builtAt = async () => (await stat(join(dir, 'dist/main.js'))).mtimeMs
 
   it('builds when there is no build, then not again until a source changes, then runs the changed source', async () => {

@@ -67,9 +67,9 @@ async function editRecords (folder: string, file: string, edit: (records: Array<
   await rename(join(folder, `${file}.tmp`), join(folder, file))
 }
 
-/** What `npm run check -- --fixtures-dir <folder>` prints (its one line), the folder written as the docs write it. */
+/** What `npm run check -- --data-dir <folder>` prints (its one line), the folder written as the docs write it. */
 async function check (folder: string) {
-  const result = await run(process.execPath, ['dist/cli/check.js', '--fixtures-dir', folder]).catch((error: { stdout: string, stderr: string }) => error)
+  const result = await run(process.execPath, ['dist/cli/check.js', '--data-dir', folder]).catch((error: { stdout: string, stderr: string }) => error)
   return `${result.stdout}${result.stderr}`.trim().replaceAll(folder, '/path/to/my-data')
 }
 
@@ -122,7 +122,7 @@ describe('the messages about bad data, as the docs quote them', () => {
 describe('the lines a server that cannot start writes, as the docs quote them', () => {
   it('bad data', async () => {
     const folder = await spoiled((folder) => editRecords(folder, 'providers.json', (providers) => { providers[3]!.headquarters = 'ZZ' }))
-    const { code, output } = await failToStart({ FIXTURES_DIR: folder })
+    const { code, output } = await failToStart({ DATA_DIR: folder })
     const quote = 'cannot start: providers.json: [3].headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code'
     expect({ code, output: output.trim() }).toEqual({ code: 1, output: quote })
     for (const page of ['README.md', 'docs/data.md', 'docs/troubleshooting.md']) await expectQuoted(page, quote)
@@ -223,7 +223,7 @@ describe('a server on the bundled fixtures, as the docs show it', () => {
 describe('the lines a server on files writes, as the docs quote them', () => {
   it('the start line', async () => {
     const folder = await spoiled()
-    const server = await startServer({ FIXTURES_DIR: folder })
+    const server = await startServer({ DATA_DIR: folder })
     servers.push(server)
     const { msg } = JSON.parse(await logLine(server, 'using ')) as { msg: string }
     const quote = msg.replace(folder, '/app/fixtures')
@@ -233,7 +233,7 @@ describe('the lines a server on files writes, as the docs quote them', () => {
 
   it('a refused change, which holds back no other file: a key minted meanwhile is accepted', async () => {
     const folder = await spoiled()
-    const server = await startServer({ FIXTURES_DIR: folder })
+    const server = await startServer({ DATA_DIR: folder })
     servers.push(server)
     await editRecords(folder, 'providers.json', (providers) => { providers[0]!.headquarters = 'ZZ' })
     const line = asQuoted(await logLine(server, 'change refused'))
@@ -243,7 +243,7 @@ describe('the lines a server on files writes, as the docs quote them', () => {
     const { msg } = JSON.parse(line) as { msg: string }
     await expectQuoted('docs/runbook.md', msg.replace('providers', '<kind>'))
 
-    const { stdout: key } = await run(process.execPath, ['dist/cli/mint-key.js', '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'minted', '--fixtures-dir', folder])
+    const { stdout: key } = await run(process.execPath, ['dist/cli/mint-key.js', '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'minted', '--data-dir', folder])
     const status = async () => (await fetch(`${server.url}/v1/providers`, { headers: { authorization: `Bearer ${key.trim()}` } })).status
     await expect.poll(status, { timeout: PATIENCE_MS, interval: 20 }).toBe(200)
     await expectQuoted('docs/decisions.md', 'a key minted while `providers.json` is bad is accepted')
@@ -253,7 +253,7 @@ describe('the lines a server on files writes, as the docs quote them', () => {
     const failure = await run(process.execPath, ['dist/cli/mint-key.js', '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'x'], { env: { PATH: process.env.PATH ?? '' } })
       .then(() => ({ stderr: 'exited 0' }), (error: { stderr: string }) => error)
     const quote = failure.stderr.trim()
-    expect(quote).toBe('no data to write into: pass --fixtures-dir <dir>, or set FIXTURES_DIR or DATABASE_URL (the bundled fixtures/ folder is left alone)')
+    expect(quote).toBe('no data to write into: pass --data-dir <dir>, or set DATA_DIR or DATABASE_URL (the bundled fixtures/ folder is left alone)')
     await expectQuoted('docs/troubleshooting.md', quote)
   })
 })
@@ -288,7 +288,7 @@ describe('the lines a server on PostgreSQL writes, as the docs quote them', () =
     expect({ code, output: output.trim() }).toEqual({ code: 1, output: schema })
     for (const page of ['docs/postgresql.md', 'docs/troubleshooting.md']) await expectQuoted(page, schema)
 
-    for (const command of [['migrate'], ['import', '--fixtures-dir', BUNDLED_FIXTURES_DIR]]) {
+    for (const command of [['migrate'], ['import', '--data-dir', BUNDLED_FIXTURES_DIR]]) {
       await run(process.execPath, ['dist/cli/db.js', ...command], { env: { PATH: process.env.PATH ?? '', DATABASE_URL: url } })
     }
     // Redis need not answer for the server to start and say where it counts.
@@ -329,7 +329,7 @@ describe('the lines a server on PostgreSQL writes, as the docs quote them', () =
 
   it('npm run db -- export beside rows a replica refuses: a line for each, the summary, exit 3', async () => {
     const database = await postgres.createDatabase()
-    for (const command of [['migrate'], ['import', '--fixtures-dir', BUNDLED_FIXTURES_DIR]]) {
+    for (const command of [['migrate'], ['import', '--data-dir', BUNDLED_FIXTURES_DIR]]) {
       await run(process.execPath, ['dist/cli/db.js', ...command], { env: { PATH: process.env.PATH ?? '', DATABASE_URL: database } })
     }
     const client = new pg.Client({ connectionString: database })
@@ -347,7 +347,7 @@ describe('the lines a server on PostgreSQL writes, as the docs quote them', () =
     }
     const folder = await mkdtemp(join(tmpdir(), 'docs-quotes-'))
     folders.push(folder)
-    const result = await run(process.execPath, [join(process.cwd(), 'dist/cli/db.js'), 'export', '--fixtures-dir', './backup'], { cwd: folder, env: { PATH: process.env.PATH ?? '', DATABASE_URL: database } })
+    const result = await run(process.execPath, [join(process.cwd(), 'dist/cli/db.js'), 'export', '--data-dir', './backup'], { cwd: folder, env: { PATH: process.env.PATH ?? '', DATABASE_URL: database } })
       .catch((error: { code: number, stderr: string }) => error)
     expect(result).toMatchObject({ code: 3 })
     const lines = result.stderr.replaceAll(database, DOC_URL).trimEnd().split('\n')

@@ -52,8 +52,8 @@ describe('the operations, as the documents list them', () => {
 })
 
 describe('the data files, as the documents and the Kubernetes base list them', () => {
-  it('README: "Point FIXTURES_DIR at a folder..." names every kind\'s file, and no other', async () => {
-    const text = paragraph(await readFile('README.md', 'utf8'), 'Point `FIXTURES_DIR` at a folder')
+  it('README: "Point DATA_DIR at a folder..." names every kind\'s file, and no other', async () => {
+    const text = paragraph(await readFile('README.md', 'utf8'), 'Point `DATA_DIR` at a folder')
     expect(jsonFiles(text).sort()).toEqual([...FILES].sort())
   })
 

@@ -43,7 +43,7 @@ async function logLine (message: string, after = 0) {
 describe('data that changes while the server runs (files)', () => {
   it('stops accepting a revoked key without a restart, and keeps the others', async () => {
     await writeData(makeData())
-    server = await startServer({ FIXTURES_DIR: dir })
+    server = await startServer({ DATA_DIR: dir })
     expect(await status('/v1/providers', KEYS.alphaStandard)).toBe(200)
 
     await replaceFile('keys.json', makeData().keys.filter((key) => key.name !== 'alpha-standard'))
@@ -58,7 +58,7 @@ describe('data that changes while the server runs (files)', () => {
     ['a name with a lone surrogate', { name: 'typo\ud800' }, '[4].name: "typo\\ud800" is not well-formed Unicode (a lone surrogate)']
   ])('refuses a bad change (%s) with one log line naming file, record and field, and keeps serving the data it has', async (_case, spoil, problem) => {
     await writeData(makeData())
-    server = await startServer({ FIXTURES_DIR: dir })
+    server = await startServer({ DATA_DIR: dir })
     await replaceFile('keys.json', [...makeData().keys, { name: 'typo', sha256: sha256('new'), kind: 'standard', organization_id: 'org_alpha', ...spoil }])
     expect(await logLine('change refused: keys keeps its last good records, the other kinds follow their changes')).toMatchObject({
       level: 50,
@@ -76,7 +76,7 @@ describe('data that changes while the server runs (files)', () => {
 
   it('reloads on SIGHUP and keeps running', async () => {
     await writeData(makeData())
-    server = await startServer({ FIXTURES_DIR: dir })
+    server = await startServer({ DATA_DIR: dir })
     const before = server.output().length
     server.process.kill('SIGHUP')
     expect(await logLine('change installed', before)).toMatchObject({ change: expect.stringMatching(/: all read again$/) })
@@ -97,7 +97,7 @@ describe('data that changes while the server runs (files)', () => {
     await publish(0)
     await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', FIXTURE_FILES[kind]), join(dir, FIXTURE_FILES[kind]))))
     // Thousands of requests a second with one key: no rate limit here.
-    server = await startServer({ FIXTURES_DIR: dir, RATE_LIMIT_PER_MINUTE: '0' })
+    server = await startServer({ DATA_DIR: dir, RATE_LIMIT_PER_MINUTE: '0' })
 
     // Ten changes a second for ten seconds.
     const { failures, answers, seen } = await storm(server.url, publish, { changes: 100, intervalMs: 100 })

@@ -123,7 +123,7 @@ describe('the documentation', () => {
     for (const [name, value] of rows) {
       const literal = /^`(.*)`$/.exec(value)?.[1]
       if (literal !== undefined) expect(String(defaults[name]), name).toBe(literal)
-      else expect(defaults[name] === undefined || defaults[name] === '' || name === 'FIXTURES_DIR', `${name}: ${value}`).toBe(true)
+      else expect(defaults[name] === undefined || defaults[name] === '' || name === 'DATA_DIR', `${name}: ${value}`).toBe(true)
     }
   })
 

@@ -119,10 +119,20 @@ describe('refusing to start', () => {
   afterAll(() => rm(dir, { recursive: true, force: true }))
 
   it('stops before listening when a fixture is invalid, naming file, record and field', async () => {
-    const { code, output } = await failToStart({ FIXTURES_DIR: dir })
+    const { code, output } = await failToStart({ DATA_DIR: dir })
     expect(code).toBe(1)
     expect(output).toContain('providers.json: [3].headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code')
     expect(output).not.toContain('listening')
+  })
+
+  it('reads the data folder by its former name, FIXTURES_DIR, and refuses it beside a DATA_DIR naming another folder', async () => {
+    const { code, output } = await failToStart({ FIXTURES_DIR: dir })
+    expect(code).toBe(1)
+    expect(output).toContain('providers.json: [3].headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code')
+    expect(await failToStart({ FIXTURES_DIR: dir, DATA_DIR: 'fixtures' })).toEqual({
+      code: 1,
+      output: 'cannot start: invalid setting FIXTURES_DIR: the former name of DATA_DIR, which is set to another value; set DATA_DIR alone\n'
+    })
   })
 
   it('stops with one line when the port is in use, without a stack trace', async () => {
@@ -144,7 +154,7 @@ describe('refusing to start', () => {
       await cp('fixtures', piped, { recursive: true })
       await rm(join(piped, 'providers.json'))
       execFileSync('mkfifo', [join(piped, 'providers.json')])
-      const { code, output } = await failToStart({ FIXTURES_DIR: piped })
+      const { code, output } = await failToStart({ DATA_DIR: piped })
       expect(code).toBe(1)
       expect(output).toBe(`cannot start: providers.json: ${join(piped, 'providers.json')} is not a regular file (a named pipe)\n`)
     } finally {
@@ -153,7 +163,7 @@ describe('refusing to start', () => {
   })
 
   it('stops when the fixtures folder does not exist', async () => {
-    const { code, output } = await failToStart({ FIXTURES_DIR: join(dir, 'nope') })
+    const { code, output } = await failToStart({ DATA_DIR: join(dir, 'nope') })
     expect(code).toBe(1)
     expect(output).toMatch(/cannot read .*nope/)
   })
@@ -202,6 +212,14 @@ describe('settings spelt wrong', () => {
       { msg: 'DATABASE_PASSWORD is not a setting of this server, and is ignored', variable: 'DATABASE_PASSWORD', near: null }
     ])
     expect(server.output()).not.toContain('s3cret')
+  })
+
+  it('warns of a setting given by its former name, and reads it', async () => {
+    const server = await startServer({ FIXTURES_DIR: 'fixtures' })
+    server.process.kill('SIGTERM')
+    await server.exited
+    const warnings = server.output().trim().split('\n').map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.level === 40)
+    expect(warnings.map(({ msg }) => msg)).toEqual(['FIXTURES_DIR is the former name of DATA_DIR: it is read as DATA_DIR; rename it'])
   })
 })
 

@@ -3,25 +3,25 @@
 import { loadConfig } from '../config.js'
 import { countRecords, describeCounts } from '../repositories/records.js'
 import { loadFixtures } from '../repositories/sources/files.js'
-import { readCommandLine } from './command-line.js'
+import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine } from './command-line.js'
 
 const HELP = `Validates a data folder the way the server does at start, without starting a server.
 
-usage: npm run check -- [--fixtures-dir <dir>]
+usage: npm run check -- [--data-dir <dir>]
 
-  --fixtures-dir <dir>  the folder to check (default: FIXTURES_DIR, else the bundled fixtures/)
+  --data-dir <dir>  the folder to check (default: DATA_DIR, else the bundled fixtures/)
   -h, --help            prints this help
 
 Prints the counts of a valid folder and exits 0, or the first problem (file, record, field) and exits 1.
 `
 
 async function main () {
-  const { values } = readCommandLine('check', { 'fixtures-dir': { type: 'string' } })
+  const { values } = readCommandLine('check', DATA_DIR_OPTIONS)
   if (values.help) {
     process.stdout.write(HELP)
     return
   }
-  const dir = values['fixtures-dir'] ?? loadConfig().FIXTURES_DIR
+  const dir = dataDirOf('check', values) ?? loadConfig().DATA_DIR
   const data = await loadFixtures(dir)
   process.stdout.write(`${dir}: valid: ${describeCounts(countRecords(data))}\n`)
 }

@@ -29,3 +29,13 @@ export function refuseCommandLine (command: string, problem: string): never {
   process.stderr.write(`${problem}; see npm ${command === 'start' ? 'start' : `run ${command}`} -- --help\n`)
   process.exit(2)
 }
+
+/** --data-dir, and its former name --fixtures-dir (the folder held only the bundled fixtures then), for the commands that read or write a data folder. */
+export const DATA_DIR_OPTIONS = { 'data-dir': { type: 'string' }, 'fixtures-dir': { type: 'string' } } as const
+
+/** The data folder a command was given, by either name; both, naming different folders, are refused. */
+export function dataDirOf (command: string, values: { 'data-dir'?: string, 'fixtures-dir'?: string }): string | undefined {
+  const { 'data-dir': dir, 'fixtures-dir': former } = values
+  if (dir !== undefined && former !== undefined && dir !== former) refuseCommandLine(command, '--fixtures-dir is the former name of --data-dir: give one of them')
+  return dir ?? former
+}

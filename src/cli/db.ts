@@ -12,12 +12,12 @@ import { exportDirectory } from '../repositories/sources/postgres-export.js'
 import { RETENTION_MS, migrate, trimChanges } from '../repositories/sources/postgres-schema.js'
 import { formatDuration, parseDuration } from './duration.js'
 import { replaceDirectory, type DirectoryBatches } from '../repositories/sources/postgres-write.js'
-import { readCommandLine, refuseCommandLine } from './command-line.js'
+import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine, refuseCommandLine } from './command-line.js'
 
 /** The exit code of an export that wrote its files without the rows a replica refuses (named on stderr). */
 const EXIT_REFUSED = 3
 
-const USAGE = 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --fixtures-dir <dir> | export --fixtures-dir <dir>'
+const USAGE = 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --data-dir <dir> | export --data-dir <dir>'
 
 const DATABASE = `DATABASE_URL names the database (postgresql://user:password@host:port/database);
 DATABASE_CONNECT_TIMEOUT_MS bounds how long one that does not answer is tried again.
@@ -46,18 +46,18 @@ record at a time, once to check them all before connecting, then again as they a
 record checked again). So they may be of any size (the server reads at most ${MAX_FILE_BYTES / 1024 / 1024} MiB a file); a record,
 at most ${MAX_ELEMENT_BYTES / 1024 / 1024} MiB.
 
-usage: npm run db -- import --fixtures-dir <dir>
+usage: npm run db -- import --data-dir <dir>
 
-  --fixtures-dir <dir>  the folder of ${FILES}
+  --data-dir <dir>      the folder of ${FILES}
 `],
   ['export', `Writes the data out as a folder's files, read as a replica reads them, a record at a time: import
 then export gives the same files. A row a replica would refuse is left out of the files and named on
 stderr, one line each (refused: table keys, row name "...": kind: ...); the command then exits ${EXIT_REFUSED}
 once the files are written (1 when they could not be: the folder is then left as it was).
 
-usage: npm run db -- export --fixtures-dir <dir>
+usage: npm run db -- export --data-dir <dir>
 
-  --fixtures-dir <dir>  the folder (created when missing) where ${FILES} are written
+  --data-dir <dir>      the folder (created when missing) where ${FILES} are written
 `]
 ])
 
@@ -65,8 +65,8 @@ const HELP = `The directory in PostgreSQL: its schema, and its data in and out a
 
 usage: npm run db -- migrate
        npm run db -- trim [--older-than <duration>]
-       npm run db -- import --fixtures-dir <dir>
-       npm run db -- export --fixtures-dir <dir>
+       npm run db -- import --data-dir <dir>
+       npm run db -- export --data-dir <dir>
 
   migrate     creates or upgrades the schema
   trim        removes the change log's old entries
@@ -77,14 +77,14 @@ usage: npm run db -- migrate
 ${DATABASE}`
 
 async function main () {
-  const { positionals, values } = readCommandLine('db', { 'fixtures-dir': { type: 'string' }, 'older-than': { type: 'string' } }, true)
+  const { positionals, values } = readCommandLine('db', { ...DATA_DIR_OPTIONS, 'older-than': { type: 'string' } }, true)
   const [command, ...rest] = positionals
   const commandHelp = COMMAND_HELP.get(command ?? '')
   if (values.help) {
     process.stdout.write(commandHelp ? `${commandHelp}\n${DATABASE}` : HELP)
     return
   }
-  const dir = values['fixtures-dir']
+  const dir = dataDirOf('db', values)
   const needsDir = command === 'import' || command === 'export'
   if (rest.length > 0 || (needsDir ? !dir : dir !== undefined) || (command !== 'trim' && values['older-than'] !== undefined) || !commandHelp) refuseCommandLine('db', USAGE)
   const olderThan = values['older-than'] === undefined ? RETENTION_MS : parseDuration(values['older-than'])

@@ -13,19 +13,19 @@ import { deleteKey, insertKey, listKeys, organizationExists, rotateKey } from '.
 import { timestampMs, timestampText } from '../schemas/formats.js'
 import { formatDuration, parseDuration } from './duration.js'
 import { KEY_KINDS, type ApiKey } from '../schemas/fixtures.js'
-import { readCommandLine, refuseCommandLine } from './command-line.js'
+import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine, refuseCommandLine } from './command-line.js'
 
-const USAGE = 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--expires-in <duration> | --expires-at <time>] [--fixtures-dir <dir>]' +
-  ' | npm run key -- rotate --name <label> [--grace <duration>] [--new-name <label>] [--fixtures-dir <dir>]' +
-  ' | npm run key -- revoke --name <label> [--fixtures-dir <dir>] | npm run key -- list [--fixtures-dir <dir>]'
+const USAGE = 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--expires-in <duration> | --expires-at <time>] [--data-dir <dir>]' +
+  ' | npm run key -- rotate --name <label> [--grace <duration>] [--new-name <label>] [--data-dir <dir>]' +
+  ' | npm run key -- revoke --name <label> [--data-dir <dir>] | npm run key -- list [--data-dir <dir>]'
 
 const HELP = `Mints an API key, rotates, revokes or lists them, where the servers read keys: the keys table when
 DATABASE_URL is set, else keys.json of a data folder. Running servers follow the change without a restart.
 
-usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--expires-in <duration> | --expires-at <time>] [--fixtures-dir <dir>]
-       npm run key -- rotate --name <label> [--grace <duration>] [--new-name <label>] [--fixtures-dir <dir>]
-       npm run key -- revoke --name <label> [--fixtures-dir <dir>]
-       npm run key -- list [--fixtures-dir <dir>]
+usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--expires-in <duration> | --expires-at <time>] [--data-dir <dir>]
+       npm run key -- rotate --name <label> [--grace <duration>] [--new-name <label>] [--data-dir <dir>]
+       npm run key -- revoke --name <label> [--data-dir <dir>]
+       npm run key -- list [--data-dir <dir>]
 
   --kind standard|management  a standard key calls every operation but the member listing; a management
                               key calls that one too, for the members of its own organization
@@ -36,12 +36,12 @@ usage: npm run key -- --kind standard|management --org <organization id> --name 
   --grace <duration>          rotate: how long the old key keeps working (default 1h; 0 ends it at once;
                               a key expiring sooner keeps its expiry)
   --new-name <label>          rotate: the successor's name (default: the old name and the time)
-  --fixtures-dir <dir>        keys.json of this folder, even when DATABASE_URL is set (default:
-                              DATABASE_URL, else FIXTURES_DIR; never the bundled fixtures/)
+  --data-dir <dir>            keys.json of this folder, even when DATABASE_URL is set (default:
+                              DATABASE_URL, else DATA_DIR; never the bundled fixtures/)
   -h, --help                  prints this help
 
 A key minted or rotated is printed once, on stdout; only its SHA-256 is recorded. Capture it without npm's banner:
-  KEY=$(npm run -s key -- --kind standard --org <organization id> --name <label> --fixtures-dir <dir>)
+  KEY=$(npm run -s key -- --kind standard --org <organization id> --name <label> --data-dir <dir>)
 Expiries are compared with each server's clock: run NTP.
 `
 
@@ -62,10 +62,10 @@ interface KeyStore {
   close(): Promise<void>
 }
 
-async function openStore (fixturesDir: string | undefined): Promise<KeyStore> {
+async function openStore (dataDir: string | undefined): Promise<KeyStore> {
   const config = loadConfig()
   // An explicit folder wins; then the source the server would use.
-  if (fixturesDir === undefined && config.DATABASE_URL) {
+  if (dataDir === undefined && config.DATABASE_URL) {
     const client = await connectPostgres(config.DATABASE_URL, config.DATABASE_CONNECT_TIMEOUT_MS, {
       onRetry: (line) => { process.stderr.write(`${line}\n`) }
     })
@@ -80,9 +80,9 @@ async function openStore (fixturesDir: string | undefined): Promise<KeyStore> {
     }
   }
   // The bundled fixtures are tracked by git: keys minted there would end up in a commit.
-  const dir = fixturesDir ?? (process.env.FIXTURES_DIR ? config.FIXTURES_DIR : undefined)
+  const dir = dataDir ?? (process.env.DATA_DIR || process.env.FIXTURES_DIR ? config.DATA_DIR : undefined)
   if (dir === undefined) {
-    throw new Error('no data to write into: pass --fixtures-dir <dir>, or set FIXTURES_DIR or DATABASE_URL (the bundled fixtures/ folder is left alone)')
+    throw new Error('no data to write into: pass --data-dir <dir>, or set DATA_DIR or DATABASE_URL (the bundled fixtures/ folder is left alone)')
   }
   const file = join(dir, FIXTURE_FILES.keys)
   const write = (keys: ApiKey[]) => writeJsonFile(file, keys)
@@ -166,7 +166,7 @@ async function main () {
     'expires-at': { type: 'string' },
     grace: { type: 'string' },
     'new-name': { type: 'string' },
-    'fixtures-dir': { type: 'string' }
+    ...DATA_DIR_OPTIONS
   }, true)
   if (values.help) {
     process.stdout.write(HELP)
@@ -174,7 +174,7 @@ async function main () {
   }
   const command = positionals[0] ?? 'mint'
   const kind = KEY_KINDS.find((k) => k === values.kind)
-  const given = (...names: Array<keyof typeof values>) => names.filter((option) => values[option] !== undefined && option !== 'fixtures-dir')
+  const given = (...names: Array<keyof typeof values>) => names.filter((option) => values[option] !== undefined && option !== 'data-dir' && option !== 'fixtures-dir')
   const only = (...names: Array<keyof typeof values>) => given('kind', 'org', 'name', 'expires-in', 'expires-at', 'grace', 'new-name').every((option) => names.includes(option))
   const valid = positionals.length <= 1 && (
     command === 'mint' ? positionals.length === 0 && kind !== undefined && values.org && values.name && only('kind', 'org', 'name', 'expires-in', 'expires-at')
@@ -187,7 +187,7 @@ async function main () {
   if (graceMs === undefined || !withinYears(graceMs)) refuseCommandLine('key', `--grace ${JSON.stringify(values.grace)} is not a duration such as 0, 30s, 15m, 12h or 90d, ending before the year 10000`)
   const name = values.name!
 
-  const store = await openStore(values['fixtures-dir'])
+  const store = await openStore(dataDirOf('key', values))
   try {
     if (command === 'list') {
       process.stdout.write(formatList(await store.list(), Date.now()))

@@ -22,14 +22,19 @@ describe('npm run check', () => {
   afterEach(() => rm(dir, { recursive: true, force: true }))
 
   it('says a valid folder is valid, with its counts, and exits 0', async () => {
-    const { code, stdout } = await check('--fixtures-dir', dir)
+    const { code, stdout } = await check('--data-dir', dir)
     expect(code).toBe(0)
     expect(stdout).toBe(`${dir}: valid: 38 providers, 32 endpoints, 2 organizations with 138 members, 5 keys\n`)
   })
 
+  it("takes the folder by its option's former name, --fixtures-dir, and refuses both naming different folders", async () => {
+    expect((await check('--fixtures-dir', dir)).stdout).toBe(`${dir}: valid: 38 providers, 32 endpoints, 2 organizations with 138 members, 5 keys\n`)
+    expect(await check('--fixtures-dir', dir, '--data-dir', 'fixtures')).toEqual({ code: 2, stdout: '', stderr: '--fixtures-dir is the former name of --data-dir: give one of them; see npm run check -- --help\n' })
+  })
+
   it('names file, record and field of the first problem in one line, and exits 1', async () => {
     await writeFile(join(dir, 'providers.json'), JSON.stringify([{ name: 'A', slug: 'a', privacy_policy_url: null, headquarters: 'ZZ' }]))
-    const { code, stdout, stderr } = await check('--fixtures-dir', dir)
+    const { code, stdout, stderr } = await check('--data-dir', dir)
     expect(code).toBe(1)
     expect(stdout).toBe('')
     expect(stderr).toBe('invalid: providers.json: [0].headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code\n')
@@ -37,22 +42,22 @@ describe('npm run check', () => {
 
   it('names the known field an unknown one was probably meant to be, in any file', async () => {
     await writeFile(join(dir, 'providers.json'), JSON.stringify([{ name: 'A', slug: 'a', privacy_policy_url: null, headquarter: 'US' }]))
-    expect((await check('--fixtures-dir', dir)).stderr)
+    expect((await check('--data-dir', dir)).stderr)
       .toBe('invalid: providers.json: [0].headquarter: is not a known field; did you mean "headquarters"?\n')
     await cp('fixtures/providers.json', join(dir, 'providers.json'))
     await writeFile(join(dir, 'organizations.json'), JSON.stringify([{ id: 'o', name: 'O', members: [{ id: 'u', email: 'u@o.example', first_name: 'Ada', last_name: null, role: 'org:admin', roles: ['billing'] }] }]))
-    expect((await check('--fixtures-dir', dir)).stderr)
+    expect((await check('--data-dir', dir)).stderr)
       .toBe('invalid: organizations.json: [0].members[0].roles: is not a known field; did you mean "role"?\n')
   })
 
   it('suggests nothing for an unknown field unlike any known one', async () => {
     await writeFile(join(dir, 'providers.json'), JSON.stringify([{ name: 'A', slug: 'a', privacy_policy_url: null, website: 'https://a.example' }]))
-    expect((await check('--fixtures-dir', dir)).stderr).toBe('invalid: providers.json: [0].website: is not a known field\n')
+    expect((await check('--data-dir', dir)).stderr).toBe('invalid: providers.json: [0].website: is not a known field\n')
   })
 
   it('refuses a file of 150 MB that is not valid JSON in one line naming its size and the limit, instead of running out of memory', async () => {
     const size = await writeManyKeys(join(dir, 'keys.json'), 1_050_000, { end: ',{"name":}]' })
-    expect(await check('--fixtures-dir', dir)).toEqual({
+    expect(await check('--data-dir', dir)).toEqual({
       code: 1,
       stdout: '',
       stderr: `invalid: keys.json: ${size} bytes, over the limit of 8388608 (8 MiB) for a data file: larger data belongs in PostgreSQL\n`

@@ -5,15 +5,15 @@ import { promisify } from 'node:util'
 import { describe, expect, it } from 'vitest'
 
 const run = promisify(execFile)
-/** Runs a command of dist/cli with no DATABASE_URL or FIXTURES_DIR: answers its exit code and output. */
+/** Runs a command of dist/cli with no DATABASE_URL or DATA_DIR: answers its exit code and output. */
 const command = (file: string, ...args: string[]) =>
   run(process.execPath, [`dist/cli/${file}`, ...args], { env: { PATH: process.env.PATH ?? '' } }).then(
     ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
     (error: { code: number, stdout: string, stderr: string }) => ({ code: error.code, stdout: error.stdout, stderr: error.stderr }))
 
 const COMMANDS = [
-  { name: 'key', file: 'mint-key.js', usage: 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--expires-in <duration> | --expires-at <time>] [--fixtures-dir <dir>]' },
-  { name: 'check', file: 'check.js', usage: 'usage: npm run check -- [--fixtures-dir <dir>]' },
+  { name: 'key', file: 'mint-key.js', usage: 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--expires-in <duration> | --expires-at <time>] [--data-dir <dir>]' },
+  { name: 'check', file: 'check.js', usage: 'usage: npm run check -- [--data-dir <dir>]' },
   { name: 'db', file: 'db.js', usage: 'usage: npm run db -- migrate' },
   { name: 'openapi', file: 'write-openapi.js', usage: 'usage: npm run openapi' }
 ]
@@ -28,8 +28,8 @@ describe('--help', () => {
 
   it.each([
     ['migrate', 'usage: npm run db -- migrate\n'],
-    ['import', 'usage: npm run db -- import --fixtures-dir <dir>\n'],
-    ['export', 'usage: npm run db -- export --fixtures-dir <dir>\n']
+    ['import', 'usage: npm run db -- import --data-dir <dir>\n'],
+    ['export', 'usage: npm run db -- export --data-dir <dir>\n']
   ])('npm run db -- %s --help prints the usage of that command, and touches no database', async (subcommand, usage) => {
     const { code, stdout, stderr } = await command('db.js', subcommand, '--help')
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' })
@@ -58,10 +58,10 @@ describe('a command line a command does not understand', () => {
   })
 
   it.each([
-    ['check.js', ['--fixtures-dir'], "option '--fixtures-dir <value>' argument missing; see npm run check -- --help\n"],
+    ['check.js', ['--data-dir'], "option '--data-dir <value>' argument missing; see npm run check -- --help\n"],
     ['check.js', ['fixtures'], "unexpected argument 'fixtures'; see npm run check -- --help\n"],
     ['write-openapi.js', ['now'], "unexpected argument 'now'; see npm run openapi -- --help\n"],
-    ['db.js', ['dump'], 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --fixtures-dir <dir> | export --fixtures-dir <dir>; see npm run db -- --help\n'],
+    ['db.js', ['dump'], 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --data-dir <dir> | export --data-dir <dir>; see npm run db -- --help\n'],
     ['mint-key.js', ['-x'], "unknown option '-x'; see npm run key -- --help\n"]
   ])('%s %j: one line saying what is wrong, exit 2', async (file, args, line) => {
     const { code, stdout, stderr } = await command(file, ...args)
@@ -69,7 +69,7 @@ describe('a command line a command does not understand', () => {
   })
 
   it('is told apart from bad data, which exits 1', async () => {
-    const { code, stderr } = await command('check.js', '--fixtures-dir', 'no-such-folder')
+    const { code, stderr } = await command('check.js', '--data-dir', 'no-such-folder')
     expect(code).toBe(1)
     expect(stderr).toMatch(/^invalid: /)
   })
@@ -81,7 +81,7 @@ const oldNodeMajor = existsSync(OLD_NODE) ? Number(execFileSync(OLD_NODE, ['-p',
 
 describe.skipIf(oldNodeMajor === undefined || oldNodeMajor >= 22)(`a command on Node.js ${oldNodeMajor} (${OLD_NODE})`, () => {
   it('says first, in one line on stderr, that it is too old and where Node.js 24 comes from, then does its work', async () => {
-    const { code, stdout, stderr } = await run(OLD_NODE, ['dist/cli/check.js', '--fixtures-dir', 'fixtures'], { env: { PATH: process.env.PATH ?? '' } })
+    const { code, stdout, stderr } = await run(OLD_NODE, ['dist/cli/check.js', '--data-dir', 'fixtures'], { env: { PATH: process.env.PATH ?? '' } })
       .then(({ stdout, stderr }) => ({ code: 0, stdout, stderr }), (error: { code: number, stdout: string, stderr: string }) => error)
     expect({ code, stdout }).toEqual({ code: 0, stdout: 'fixtures: valid: 38 providers, 32 endpoints, 2 organizations with 138 members, 5 keys\n' })
     expect(stderr).toMatch(new RegExp(`^warning: Node.js ${oldNodeMajor}\\.\\d+\\.\\d+ is older than this service supports \\(22 or later\\)[^\\n]*npm registry[^\\n]*\\n$`))

@@ -117,12 +117,12 @@ describe('npm run db with a role that lacks the rights', () => {
     await db(url, 'migrate')
     const { role, database, roleUrl } = await roleWithDatabaseGrants()
     await writeData(dir, makeData())
-    const failure = await db(roleUrl, 'import', '--fixtures-dir', dir).catch((error) => error)
+    const failure = await db(roleUrl, 'import', '--data-dir', dir).catch((error) => error)
     expect(failure.code).toBe(1)
     expect(failure.stderr).toMatch(new RegExp(`^permission denied for table \\w+: "${role}" lacks rights on the directory's tables in database "${database}"\\. ` +
       `Run npm run db as the role that ran migrate \\(the tables' owner\\), or, as that role, GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "${role}"\n$`))
     await query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "${role}"`)
-    expect((await db(roleUrl, 'import', '--fixtures-dir', dir)).stderr).toContain('imported 3 providers')
+    expect((await db(roleUrl, 'import', '--data-dir', dir)).stderr).toContain('imported 3 providers')
   })
 })
 
@@ -134,9 +134,9 @@ describe('npm run db -- import and export', () => {
     // Expiries in UTC, as the export writes them (an offset comes out as the same instant in UTC).
     const data = { ...base, keys: base.keys.map((key, index) => index === 1 ? { ...key, expires_at: '2030-06-01T12:30:00Z' } : index === 2 ? { ...key, expires_at: '2030-06-01T12:30:00.250Z' } : key) }
     await writeData(dir, data)
-    expect((await db(url, 'import', '--fixtures-dir', dir)).stderr).toContain('imported 3 providers, 2 endpoints, 2 organizations with 253 members, 4 keys')
+    expect((await db(url, 'import', '--data-dir', dir)).stderr).toContain('imported 3 providers, 2 endpoints, 2 organizations with 253 members, 4 keys')
     const out = join(dir, 'out')
-    await db(url, 'export', '--fixtures-dir', out)
+    await db(url, 'export', '--data-dir', out)
     // (As JSON: the members are held compacted, and written as the array they were read from.)
     expect(await readData(out)).toStrictEqual(JSON.parse(JSON.stringify(data)))
   })
@@ -146,15 +146,15 @@ describe('npm run db -- import and export', () => {
     const large = { id: 'org_large', name: 'Large', members: makeMembers('large', 20_005) }
     const organizations = [data.organizations[0]!, large, data.organizations[1]!]
     await writeData(dir, { ...data, organizations })
-    expect((await db(url, 'import', '--fixtures-dir', dir)).stderr).toContain('3 organizations with 20258 members')
+    expect((await db(url, 'import', '--data-dir', dir)).stderr).toContain('3 organizations with 20258 members')
     const out = join(dir, 'out')
-    await db(url, 'export', '--fixtures-dir', out)
+    await db(url, 'export', '--data-dir', out)
     expect((await readData(out)).organizations).toStrictEqual(JSON.parse(JSON.stringify(organizations)))
   })
 
   it('round-trips the bundled fixtures byte for byte in every field order', async () => {
-    await db(url, 'import', '--fixtures-dir', BUNDLED_FIXTURES_DIR)
-    await db(url, 'export', '--fixtures-dir', dir)
+    await db(url, 'import', '--data-dir', BUNDLED_FIXTURES_DIR)
+    await db(url, 'export', '--data-dir', dir)
     for (const file of Object.values(FIXTURE_FILES)) {
       const original = JSON.parse(await readFile(join(BUNDLED_FIXTURES_DIR, file), 'utf8'))
       const exported = JSON.parse(await readFile(join(dir, file), 'utf8'))
@@ -166,9 +166,9 @@ describe('npm run db -- import and export', () => {
 
   it('refuses invalid data naming file, record and field, and changes nothing', async () => {
     await writeData(dir, makeData())
-    await db(url, 'import', '--fixtures-dir', dir)
+    await db(url, 'import', '--data-dir', dir)
     await writeData(dir, makeData({ providers: [makeProvider(1), makeProvider(2, { headquarters: 'ZZ' })] }))
-    await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({
+    await expect(db(url, 'import', '--data-dir', dir)).rejects.toMatchObject({
       code: 1,
       stderr: 'providers.json: [1].headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code\n'
     })
@@ -178,10 +178,10 @@ describe('npm run db -- import and export', () => {
 
   it('rolls back everything when the database refuses a row', async () => {
     await writeData(dir, makeData())
-    await db(url, 'import', '--fixtures-dir', dir)
+    await db(url, 'import', '--data-dir', dir)
     // Valid for the files, refused by the database: a NUL character, which PostgreSQL text cannot hold.
     await writeData(dir, makeData({ keys: [{ name: 'a\u0000b', sha256: 'a'.repeat(64), kind: 'standard', organization_id: 'o' }] }))
-    await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({ code: 1 })
+    await expect(db(url, 'import', '--data-dir', dir)).rejects.toMatchObject({ code: 1 })
     expect((await query('SELECT count(*)::int AS n FROM members')).rows).toEqual([{ n: 253 }])
     expect((await query('SELECT count(*)::int AS n FROM keys')).rows).toEqual([{ n: 4 }])
   }, 60_000)
@@ -208,10 +208,10 @@ describe('npm run db -- import and export at gateway scale', () => {
     const data = largeData(70_000, 8_000)
     await writeData(dir, data)
     for (const kind of ['keys', 'organizations'] as const) expect((await stat(join(dir, FIXTURE_FILES[kind]))).size).toBeGreaterThan(MAX_FILE_BYTES)
-    const imported = await db(url, 'import', '--fixtures-dir', dir)
+    const imported = await db(url, 'import', '--data-dir', dir)
     expect(imported.stderr).toBe(`imported 3 providers, 2 endpoints, 8000 organizations with 80000 members, 70000 keys from ${dir} into ${url}\n`)
     const out = join(dir, 'out')
-    const exported = await db(url, 'export', '--fixtures-dir', out)
+    const exported = await db(url, 'export', '--data-dir', out)
     expect(exported.stderr).toBe(`exported 3 providers, 2 endpoints, 8000 organizations with 80000 members, 70000 keys from ${url} to ${out}\n`)
     // Written as they always were: JSON.stringify(records, null, 2) and a line break.
     for (const kind of Object.keys(FIXTURE_FILES) as Array<keyof DirectoryData>) {
@@ -221,25 +221,25 @@ describe('npm run db -- import and export at gateway scale', () => {
     // The export imported into another database gives the same export.
     const other = await server.createDatabase()
     await db(other, 'migrate')
-    expect((await db(other, 'import', '--fixtures-dir', out)).stderr).toContain('8000 organizations with 80000 members, 70000 keys')
+    expect((await db(other, 'import', '--data-dir', out)).stderr).toContain('8000 organizations with 80000 members, 70000 keys')
     const again = join(dir, 'again')
-    await db(other, 'export', '--fixtures-dir', again)
+    await db(other, 'export', '--data-dir', again)
     for (const file of Object.values(FIXTURE_FILES)) expect((await readFile(join(again, file))).equals(await readFile(join(out, file))), file).toBe(true)
   }, 120_000)
 
   it('refuses a large file\'s duplicate or bad record with today\'s message, and leaves the database as it was', async () => {
     await writeData(dir, makeData())
-    await db(url, 'import', '--fixtures-dir', dir)
+    await db(url, 'import', '--data-dir', dir)
     const data = largeData(70_000, 10)
     const keys = [...data.keys]
     keys[69_990] = { ...keys[69_990]!, name: keys[12]!.name }
     await writeData(dir, { ...data, keys })
-    await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({
+    await expect(db(url, 'import', '--data-dir', dir)).rejects.toMatchObject({
       code: 1, stderr: 'keys.json: [69990].name: "key-0000012" duplicates [12].name\n'
     })
     keys[69_990] = { ...keys[69_990]!, name: 'key-x', kind: 'revoked' as 'standard' }
     await writeData(dir, { ...data, keys })
-    await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({
+    await expect(db(url, 'import', '--data-dir', dir)).rejects.toMatchObject({
       code: 1, stderr: 'keys.json: [69990].kind: "revoked" is not one of "standard", "management"\n'
     })
     // Cut short: the syntax error, located, comes before the records' problems, as it does in a small file.
@@ -247,7 +247,7 @@ describe('npm run db -- import and export at gateway scale', () => {
     await writeFile(join(dir, 'keys.json'), cut)
     const checker = new JsonChecker()
     checker.write(cut)
-    await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({ code: 1, stderr: `keys.json: ${checker.end()}\n` })
+    await expect(db(url, 'import', '--data-dir', dir)).rejects.toMatchObject({ code: 1, stderr: `keys.json: ${checker.end()}\n` })
     expect(checker.end()).toMatch(/^not valid JSON at line 1, column \d+ \(\[69999\]/)
     expect((await query('SELECT count(*)::int AS n FROM keys')).rows).toEqual([{ n: 4 }])
   }, 60_000)
@@ -259,7 +259,7 @@ describe('npm run db -- export beside rows the schema refuses', () => {
   it('writes the valid records, names each refused one in a line of its own, and exits 3', async () => {
     const data = makeData({ organizations: [...makeData().organizations, { id: 'org_gamma', name: 'Gamma', members: makeMembers('gamma', 2) }] })
     await writeData(dir, data)
-    await db(url, 'import', '--fixtures-dir', dir)
+    await db(url, 'import', '--data-dir', dir)
     // PostgreSQL takes all of these once the keys' CHECKs, if the schema has any, are dropped.
     await query(`DO $$ DECLARE c record; BEGIN
       FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = 'keys'::regclass AND contype = 'c' LOOP
@@ -269,7 +269,7 @@ describe('npm run db -- export beside rows the schema refuses', () => {
     await query("UPDATE members SET role = 'org:owner' WHERE organization_id = 'org_beta' AND id = 'user_beta_1'")
     await query('UPDATE providers SET document = (document::jsonb || \'{"headquarters": "ZZ"}\')::json WHERE slug = \'provider-2\'')
     const out = join(dir, 'out')
-    const failure = await db(url, 'export', '--fixtures-dir', out).catch((error: { code: number, stderr: string }) => error)
+    const failure = await db(url, 'export', '--data-dir', out).catch((error: { code: number, stderr: string }) => error)
     expect(failure).toMatchObject({ code: 3 })
     expect(failure.stderr.split('\n')).toEqual([
       'refused: table providers, row slug "provider-2": headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code',
@@ -285,13 +285,13 @@ describe('npm run db -- export beside rows the schema refuses', () => {
     expect(written.organizations).toStrictEqual(JSON.parse(JSON.stringify([data.organizations[0], data.organizations[2]])))
     expect(written.keys.map((key: { name: string }) => key.name)).toEqual(['alpha-management', 'beta-management', 'orphan-management'])
     // What it wrote imports as it is.
-    expect((await db(url, 'import', '--fixtures-dir', out)).stderr).toContain('2 providers, 2 endpoints, 2 organizations with 252 members, 3 keys')
+    expect((await db(url, 'import', '--data-dir', out)).stderr).toContain('2 providers, 2 endpoints, 2 organizations with 252 members, 3 keys')
   })
 
   it('names what a replica refuses with the replica\'s own messages, values past their bounds left unread', async () => {
     const data = makeData({ organizations: [...makeData().organizations, { id: 'org_large', name: 'Large', members: makeMembers('large', 0) }] })
     await writeData(dir, data)
-    await db(url, 'import', '--fixtures-dir', dir)
+    await db(url, 'import', '--data-dir', dir)
     await query(`DO $$ DECLARE c record; BEGIN
       FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = 'keys'::regclass AND contype = 'c' LOOP
         EXECUTE format('ALTER TABLE keys DROP CONSTRAINT %I', c.conname);
@@ -304,7 +304,7 @@ describe('npm run db -- export beside rows the schema refuses', () => {
     await query("UPDATE members SET email = repeat('e', 2000) WHERE organization_id = 'org_beta' AND id = 'user_beta_2'")
     await query(`INSERT INTO members (organization_id, id, position, email, role)
       SELECT 'org_large', 'user_' || i, i, 'u' || i || '@large.example', 'org:member' FROM generate_series(0, ${MAX_MEMBERS}) AS i`)
-    const failure = await db(url, 'export', '--fixtures-dir', join(dir, 'out')).catch((error: { code: number, stderr: string }) => error)
+    const failure = await db(url, 'export', '--data-dir', join(dir, 'out')).catch((error: { code: number, stderr: string }) => error)
     expect(failure).toMatchObject({ code: 3 })
     const lines = failure.stderr.trimEnd().split('\n')
     expect(lines.at(-1)).toContain('leaving out the 5 records refused above')
@@ -327,8 +327,8 @@ describe('npm run db -- export beside rows the schema refuses', () => {
     const names = ['b', 'a\u{1F600}', 'a\uFF5E', 'a', 'A', 'a\u00E9', 'a\uE000x', 'a\u{10000}']
     const keys = names.map((name, i) => ({ name, sha256: sha256(name), kind: 'standard' as const, organization_id: `o${i}` }))
     await writeData(dir, makeData({ keys }))
-    await db(url, 'import', '--fixtures-dir', dir)
-    await db(url, 'export', '--fixtures-dir', join(dir, 'out'))
+    await db(url, 'import', '--data-dir', dir)
+    await db(url, 'export', '--data-dir', join(dir, 'out'))
     expect((await readData(join(dir, 'out'))).keys.map((key: { name: string }) => key.name)).toEqual([...names].sort())
   })
 })
@@ -336,7 +336,7 @@ describe('npm run db -- export beside rows the schema refuses', () => {
 describe('npm run db', () => {
   it.each([
     [['import'], 'usage:'],
-    [['dump', '--fixtures-dir', '/tmp'], 'usage:'],
+    [['dump', '--data-dir', '/tmp'], 'usage:'],
     [['migrate', 'now'], 'usage:']
   ])('refuses %o with one line, exit 2', async (args, message) => {
     await expect(db(url, ...args)).rejects.toMatchObject({ code: 2, stderr: expect.stringMatching(new RegExp(`^${message}[^\\n]*\\n$`)) })
@@ -369,7 +369,7 @@ describe('npm run db', () => {
 
   it('refuses to export from a database without the schema, and writes nothing', async () => {
     const out = join(dir, 'out')
-    await expect(db(url, 'export', '--fixtures-dir', out)).rejects.toMatchObject({
+    await expect(db(url, 'export', '--data-dir', out)).rejects.toMatchObject({
       code: 1,
       stderr: 'the database schema is at version none, this build needs 7: run npm run db -- migrate\n'
     })
@@ -378,7 +378,7 @@ describe('npm run db', () => {
 
   it('refuses to import into a database without the schema', async () => {
     await writeData(dir, makeData())
-    await expect(db(url, 'import', '--fixtures-dir', dir)).rejects.toMatchObject({
+    await expect(db(url, 'import', '--data-dir', dir)).rejects.toMatchObject({
       code: 1,
       stderr: 'the database schema is at version none, this build needs 7: run npm run db -- migrate\n'
     })

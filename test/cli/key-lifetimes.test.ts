@@ -16,7 +16,7 @@ import { startPostgres, type PostgresServer } from '../postgres.js'
 const run = promisify(execFile)
 const HOUR = 3_600_000
 
-/** npm run key with these arguments, in a store: a folder (--fixtures-dir) or a database (DATABASE_URL). */
+/** npm run key with these arguments, in a store: a folder (--data-dir) or a database (DATABASE_URL). */
 type Store = { args: string[], env: Record<string, string>, keys: () => Promise<ApiKey[]> }
 const key = (store: Store, ...args: string[]) => run(process.execPath, ['dist/cli/mint-key.js', ...args, ...store.args], { env: { PATH: process.env.PATH ?? '', ...store.env } })
 
@@ -37,7 +37,7 @@ afterEach(async () => {
 })
 
 const stores: Array<[string, () => Promise<Store>]> = [
-  ['a folder', async () => ({ args: ['--fixtures-dir', dir], env: {}, keys: async () => JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8')) })],
+  ['a folder', async () => ({ args: ['--data-dir', dir], env: {}, keys: async () => JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8')) })],
   ['PostgreSQL', async () => {
     const url = await server.createDatabase()
     client = new pg.Client({ connectionString: url })

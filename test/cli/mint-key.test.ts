@@ -19,14 +19,14 @@ describe('npm run key', () => {
   afterEach(() => rm(dir, { recursive: true, force: true }))
 
   it('prints a strong key once and records only its hash; the server then accepts it', async () => {
-    const { stdout } = await mintKey('--kind', 'management', '--org', 'org_2vQmGlobex002', '--name', 'ci', '--fixtures-dir', dir)
+    const { stdout } = await mintKey('--kind', 'management', '--org', 'org_2vQmGlobex002', '--name', 'ci', '--data-dir', dir)
     const key = stdout.trim()
     expect(key).toMatch(/^sk-or-v1-[0-9a-f]{64}$/)
     const file = await readFile(join(dir, 'keys.json'), 'utf8')
     expect(file).not.toContain(key)
     expect(JSON.parse(file).at(-1)).toEqual({ name: 'ci', sha256: sha256(key), kind: 'management', organization_id: 'org_2vQmGlobex002' })
 
-    const server = await startServer({ FIXTURES_DIR: dir })
+    const server = await startServer({ DATA_DIR: dir })
     try {
       const res = await fetch(`${server.url}/v1/organization/members`, { headers: { authorization: `Bearer ${key}` } })
       expect(res.status).toBe(200)
@@ -39,15 +39,15 @@ describe('npm run key', () => {
   })
 
   it('mints a management key for an organization the directory does not have, with a warning that it will get 404 on the member listing', async () => {
-    const { stdout, stderr } = await mintKey('--kind', 'management', '--org', 'org_nope', '--name', 'early', '--fixtures-dir', dir)
+    const { stdout, stderr } = await mintKey('--kind', 'management', '--org', 'org_nope', '--name', 'early', '--data-dir', dir)
     expect(stdout.trim()).toMatch(/^sk-or-v1-[0-9a-f]{64}$/)
     expect(stderr.split('\n')[0]).toBe('warning: no organization org_nope in the directory; this key will get 404 on the member listing')
     expect(JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8')).at(-1)).toMatchObject({ name: 'early', kind: 'management', organization_id: 'org_nope' })
   })
 
   it('mints a different key every time', async () => {
-    const a = await mintKey('--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'a', '--fixtures-dir', dir)
-    const b = await mintKey('--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'b', '--fixtures-dir', dir)
+    const a = await mintKey('--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'a', '--data-dir', dir)
+    const b = await mintKey('--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'b', '--data-dir', dir)
     expect(a.stdout).not.toBe(b.stdout)
   })
 
@@ -58,7 +58,7 @@ describe('npm run key', () => {
     [['--kind', 'standard', '--org', 'o', '--name', 'acme-management'], 1, 'exists already']
   ])('refuses %o and leaves keys.json as it was', async (args, code, message) => {
     const before = await readFile(join(dir, 'keys.json'), 'utf8')
-    await expect(mintKey(...args, '--fixtures-dir', dir)).rejects.toMatchObject({ code, stderr: expect.stringContaining(message) })
+    await expect(mintKey(...args, '--data-dir', dir)).rejects.toMatchObject({ code, stderr: expect.stringContaining(message) })
     expect(await readFile(join(dir, 'keys.json'), 'utf8')).toBe(before)
   })
 })
@@ -72,7 +72,7 @@ describe('npm run key -- revoke, and keys in a folder', () => {
   it('removes the record of the key named and keeps the others', async () => {
     await cp('fixtures', dir, { recursive: true })
     const before = JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8')) as Array<{ name: string }>
-    const { stderr } = await run(process.execPath, ['dist/cli/mint-key.js', 'revoke', '--name', 'acme-management', '--fixtures-dir', dir], { env })
+    const { stderr } = await run(process.execPath, ['dist/cli/mint-key.js', 'revoke', '--name', 'acme-management', '--data-dir', dir], { env })
     expect(stderr).toContain(`revoked key "acme-management" in ${join(dir, 'keys.json')}`)
     expect(JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8'))).toEqual(before.filter((key) => key.name !== 'acme-management'))
   })
@@ -80,20 +80,20 @@ describe('npm run key -- revoke, and keys in a folder', () => {
   it('refuses to revoke a name it does not know, and leaves keys.json as it was', async () => {
     await cp('fixtures', dir, { recursive: true })
     const before = await readFile(join(dir, 'keys.json'), 'utf8')
-    await expect(run(process.execPath, ['dist/cli/mint-key.js', 'revoke', '--name', 'nobody', '--fixtures-dir', dir], { env }))
+    await expect(run(process.execPath, ['dist/cli/mint-key.js', 'revoke', '--name', 'nobody', '--data-dir', dir], { env }))
       .rejects.toMatchObject({ code: 1, stderr: `no key named "nobody" in ${join(dir, 'keys.json')}\n` })
     expect(await readFile(join(dir, 'keys.json'), 'utf8')).toBe(before)
   })
 
   it('creates keys.json in a folder that has none yet', async () => {
-    const { stdout } = await run(process.execPath, ['dist/cli/mint-key.js', '--kind', 'standard', '--org', 'org_x', '--name', 'first', '--fixtures-dir', dir], { env })
+    const { stdout } = await run(process.execPath, ['dist/cli/mint-key.js', '--kind', 'standard', '--org', 'org_x', '--name', 'first', '--data-dir', dir], { env })
     expect(JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8'))).toEqual([{ name: 'first', sha256: sha256(stdout.trim()), kind: 'standard', organization_id: 'org_x' }])
   })
 
   it('refuses to write into the bundled fixtures when no folder or database is given', async () => {
     const before = await readFile('fixtures/keys.json', 'utf8')
     await expect(run(process.execPath, ['dist/cli/mint-key.js', '--kind', 'standard', '--org', 'org_x', '--name', 'stray'], { env }))
-      .rejects.toMatchObject({ code: 1, stderr: expect.stringMatching(/^no data to write into: pass --fixtures-dir <dir>[^\n]*\n$/) })
+      .rejects.toMatchObject({ code: 1, stderr: expect.stringMatching(/^no data to write into: pass --data-dir <dir>[^\n]*\n$/) })
     expect(await readFile('fixtures/keys.json', 'utf8')).toBe(before)
   })
 })

@@ -71,8 +71,8 @@ describe('compose.yaml', () => {
     for (const [name, service] of replicas) expect(service.entrypoint, name).toBeUndefined()
     const job = parse(await readFile('deploy/kubernetes-postgres/migrate-job.yaml', 'utf8'))
     expect(services.migrate!.command).toEqual(job.spec.template.spec.containers[0].command)
-    // npm run db -- import --fixtures-dir fixtures, in the image's /app, which holds fixtures/.
-    expect(services.seed!.command).toEqual(['node', '--max-semi-space-size=16', 'dist/cli/db.js', 'import', '--fixtures-dir', 'fixtures'])
+    // npm run db -- import --data-dir fixtures, in the image's /app, which holds fixtures/.
+    expect(services.seed!.command).toEqual(['node', '--max-semi-space-size=16', 'dist/cli/db.js', 'import', '--data-dir', 'fixtures'])
     expect(await readFile('Dockerfile', 'utf8')).toContain('COPY fixtures ./fixtures')
   })
 

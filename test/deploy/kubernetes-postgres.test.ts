@@ -78,7 +78,7 @@ describe('the PostgreSQL variant of the Kubernetes manifests (deploy/kubernetes-
     expect(() => deployment.validate()).not.toThrow()
   })
 
-  it('drops the base\'s data set: no ConfigMap, no keys Secret, no volume, no FIXTURES_DIR', () => {
+  it('drops the base\'s data set: no ConfigMap, no keys Secret, no volume, no DATA_DIR', () => {
     const deleted = kustomization.patches.flatMap(({ patch }) => patch ? [parseDocument(patch).toJS() as Node] : [])
       .filter((object) => object.$patch === 'delete')
       .map((object) => `${object.kind}/${(object.metadata as Node).name}`)
@@ -86,7 +86,7 @@ describe('the PostgreSQL variant of the Kubernetes manifests (deploy/kubernetes-
     const pod = deployment.spec!.template.spec!
     expect(pod.volumes).toEqual([])
     expect(pod.containers[0]!.volumeMounts).toEqual([])
-    expect(pod.containers[0]!.env!.map((variable) => variable.name)).not.toContain('FIXTURES_DIR')
+    expect(pod.containers[0]!.env!.map((variable) => variable.name)).not.toContain('DATA_DIR')
   })
 
   it('gives the pods and the migration Job the same DATABASE_URL, from a Secret', () => {

@@ -123,8 +123,8 @@ describe('the Kubernetes base (deploy/kubernetes)', () => {
       })
     })
 
-    it('mounts the fixtures (ConfigMap) and the keys (Secret) of the generators into one FIXTURES_DIR folder', async () => {
-      const mount = container().volumeMounts!.find((candidate) => candidate.mountPath === env('FIXTURES_DIR'))!
+    it('mounts the fixtures (ConfigMap) and the keys (Secret) of the generators into one DATA_DIR folder', async () => {
+      const mount = container().volumeMounts!.find((candidate) => candidate.mountPath === env('DATA_DIR'))!
       expect(mount.readOnly).toBe(true)
       const volume = pod().volumes!.find((candidate) => candidate.name === mount.name)!
       const sources = volume.projected!.sources!
