@@ -1,4 +1,5 @@
 import type pg from 'pg'
+import { KINDS, type RecordKind } from '../../registry.js'
 
 /** The channel the triggers notify on; every replica listens to it. */
 export const CHANNEL = 'model_gateway_directory'
@@ -32,7 +33,7 @@ const sqlString = (value: string) => `'${value.replaceAll("'", "''")}'`
  * shipped, and nothing else: no registry entry or schema goes in, since editing one would rewrite a
  * migration databases have already run. (Migrations 4 and 7 were made from the registry and the key's
  * schema when they shipped, and hold the text made then, comments included. A new list kind's
- * table comes from a migration of its own.)
+ * migration holds what listTableSql in test/postgres.ts makes of its entry: see LIST_COLUMNS.)
  *
  * One table per kind of record, one row per record, one column per field, named like the JSON
  * field. The constraints say in SQL what the schemas say, where SQL can: what they cannot (an ISO
@@ -525,6 +526,39 @@ EXCEPTION WHEN check_violation THEN
 END
 $$`)
   }
+}
+
+/**
+ * The columns every list kind's table has, whatever its kind, as a replica reads them (readList in
+ * postgres.ts) and `npm run db -- export` does:
+ * - `id`: the row's identity, which breaks ties in the list's order and names a row in messages where
+ *   nothing else does: a bigint identity column, or, for a kind whose unique field is `id` (OpenRouter's
+ *   models are keyed by it), that field's generated column itself, text, the primary key. A column of
+ *   the table's own of that name would clash with the field's.
+ * - `position`: the record's place in the list, which is read `ORDER BY position, id`.
+ * - `document`: the record, the JSON document a file holds (json keeps its text, its fields in their order).
+ * - `document_bytes`: the document's size in bytes, generated as it is written (stored): a replica leaves
+ *   a document past its bound unread. json keeps no length apart from its text, and
+ *   octet_length(document::text) would read and copy the whole document at every read; a stored column
+ *   costs that once, to its writer.
+ * Each other field the registry says is unique is a generated text column (`document ->> 'slug'`),
+ * unique: an operator changes a record with one statement (`UPDATE providers SET document = '{...}'
+ * WHERE slug = 'openai'`). A unique field named `position`, `document` or `document_bytes` would clash
+ * with a column above, and the registry holds none (test/kinds.test.ts). A statement that writes the
+ * table notifies the replicas (its trigger), which read the list again. A new kind's table is made by
+ * a migration of its own, holding what listTableSql (test/postgres.ts) makes of its registry entry.
+ */
+export const LIST_COLUMNS: readonly string[] = ['id', 'position', 'document', 'document_bytes']
+
+/**
+ * The column whose value names a list's row in messages (`row slug "openai"`): the kind's key where it
+ * is a unique field, a column of its own; else `id` where that is the unique field; else none, and the
+ * row is named by its identity (`row id 3`).
+ */
+export function namingColumn (kind: RecordKind): string | undefined {
+  const { key, unique } = KINDS[kind] as { key: string | undefined, unique: readonly string[] }
+  if (key !== undefined && unique.includes(key)) return key
+  return unique.includes('id') ? 'id' : undefined
 }
 
 /** Throws a clear message unless the schema is at SCHEMA_VERSION or later (a newer build may have migrated). */
