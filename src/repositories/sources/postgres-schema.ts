@@ -1,5 +1,5 @@
 import type pg from 'pg'
-import { KINDS, type RecordKind } from '../../registry.js'
+import { KINDS, RECORD_KINDS, type RecordKind } from '../../registry.js'
 
 /** The channel the triggers notify on; every replica listens to it. */
 export const CHANNEL = 'model_gateway_directory'
@@ -561,14 +561,43 @@ export function namingColumn (kind: RecordKind): string | undefined {
   return unique.includes('id') ? 'id' : undefined
 }
 
-/** Throws a clear message unless the schema is at SCHEMA_VERSION or later (a newer build may have migrated). */
+/** The tables this build reads, each with the columns checkSchema makes sure of (none: the migrations' own). */
+function tablesRead (): Map<string, readonly string[]> {
+  const tables = new Map<string, readonly string[]>()
+  for (const kind of RECORD_KINDS) {
+    const naming = namingColumn(kind)
+    tables.set(KINDS[kind].table, KINDS[kind].held === 'list' ? [...new Set([...LIST_COLUMNS, ...naming === undefined ? [] : [naming]])] : [])
+  }
+  for (const table of ['members', 'directory_changes', 'directory_changes_trimmed']) tables.set(table, [])
+  return tables
+}
+
+/**
+ * Throws a clear message unless the schema is at SCHEMA_VERSION or later (a newer build may have
+ * migrated), and has every table this build reads, each list's with the columns a replica reads: a
+ * list kind registered without its migration would otherwise fail at its first read with PostgreSQL's
+ * `relation "models" does not exist`, which names neither the cause nor the fix.
+ */
 export async function checkSchema (client: pg.ClientBase) {
-  const { rows: [table] } = await client.query("SELECT to_regclass('schema_migrations') IS NOT NULL AS present")
-  const version = table?.present
+  const tables = tablesRead()
+  const { rows } = await client.query<{ name: string, columns: string[] | null }>(`SELECT name, CASE WHEN to_regclass(name) IS NOT NULL THEN
+      ARRAY(SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass(name) AND attnum > 0 AND NOT attisdropped) END AS columns
+    FROM unnest($1::text[]) AS name`, [['schema_migrations', ...tables.keys()]])
+  const found = new Map(rows.map(({ name, columns }) => [name, columns]))
+  const version = found.get('schema_migrations')
     ? (await client.query<{ version: number | null }>('SELECT max(version) AS version FROM schema_migrations')).rows[0]?.version ?? null
     : null
   if (version === null || version < SCHEMA_VERSION) {
     throw new Error(`the database schema is at version ${version ?? 'none'}, this build needs ${SCHEMA_VERSION}: run npm run db -- migrate`)
+  }
+  const missing = [...tables].flatMap(([table, columns]) => {
+    const present = found.get(table)
+    if (present === null || present === undefined) return [`table ${table}`]
+    return columns.filter((column) => !present.includes(column)).map((column) => `column ${column} in table ${table}`)
+  })
+  if (missing.length > 0) {
+    throw new Error(`the database has no ${missing.join(', no ')}, which this build reads, and its schema is at version ${version} already: ` +
+      `no migration of this build makes ${missing.length === 1 ? 'it' : 'them'}; add one (CONTRIBUTING.md, "A new kind of record"), then run npm run db -- migrate`)
   }
 }
 

@@ -1,7 +1,7 @@
 import pg from 'pg'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { KINDS, LIST_KINDS } from '../../../src/registry.js'
-import { migrate } from '../../../src/repositories/sources/postgres-schema.js'
+import { checkSchema, migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { listTableSql, startPostgres, type PostgresServer } from '../../postgres.js'
 
 // The migrations are frozen SQL: what a new list kind's migration holds is made by listTableSql, and
@@ -60,5 +60,19 @@ describe('the table of a list kind', () => {
       { name: 'models_name_key', definition: 'UNIQUE (name)' },
       { name: 'models_pkey', definition: 'PRIMARY KEY (id)' }
     ])
+  })
+})
+
+describe('checkSchema', () => {
+  it('names a column a replica reads that a list table lacks, and says no migration of this build makes it', async () => {
+    await admin.query('ALTER TABLE endpoints DROP COLUMN document_bytes')
+    await expect(checkSchema(admin)).rejects.toThrow('the database has no column document_bytes in table endpoints, which this build reads, ' +
+      'and its schema is at version 7 already: no migration of this build makes it; add one (CONTRIBUTING.md, "A new kind of record"), then run npm run db -- migrate')
+  })
+
+  it('names every table it reads that is missing', async () => {
+    await admin.query('DROP TABLE directory_changes_trimmed, providers')
+    await expect(checkSchema(admin)).rejects.toThrow('the database has no table providers, no table directory_changes_trimmed, which this build reads, ' +
+      'and its schema is at version 7 already: no migration of this build makes them; add one')
   })
 })
