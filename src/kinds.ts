@@ -28,6 +28,12 @@ interface KindEntry {
   table: string
   /** The field that names a record in the change log and in messages. */
   key: string | undefined
+  /**
+   * The fields no two records share. A list kind's table holds each as a generated column named like it
+   * (postgres-schema.ts, LIST_COLUMNS): one named `id` is the row's identity, its primary key, and none
+   * may be named `position`, `document` or `document_bytes`, columns the table has of its own
+   * (test/kinds.test.ts refuses them).
+   */
   unique: readonly string[]
 }
 

@@ -2,7 +2,7 @@
 // (models: a schema, an operation and a file made for the test), and every source, command, count,
 // fingerprint, route, GET / and the OpenAPI document take it, with no other change to src/. The
 // registry is src/kinds.ts, the one module that holds it, replaced here for every module that loads it.
-import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import pg from 'pg'
@@ -49,7 +49,7 @@ const { exportDirectory } = await import('../src/repositories/sources/postgres-e
 const { readRecordBatches } = await import('../src/repositories/sources/file-stream.js')
 const { bearer, build, KEYS, makeData, watchLifecycle } = await import('./helper.js')
 const { takeConformanceFailures } = await import('./conformance.js')
-const { startPostgres } = await import('./postgres.js')
+const { listTableSql, startPostgres } = await import('./postgres.js')
 
 // What test/setup.ts does for the modules it loaded: the answers of the app built here match its OpenAPI document.
 afterEach(() => { expect(takeConformanceFailures()).toEqual([]) })
@@ -136,12 +136,23 @@ describe('an extra kind in PostgreSQL', () => {
   beforeAll(async () => { server = await startPostgres() })
   afterAll(() => server?.close())
 
-  it('gets its table from migrate, is imported and exported, counted, fingerprinted, changed live and refused when bad', async () => {
+  it('is refused in one line until its migration made its table, then imported and exported, counted, fingerprinted, changed live and refused when bad', async () => {
     const url = await server.createDatabase()
     const admin = new pg.Client({ connectionString: url })
     await admin.connect()
     try {
+      // The migrations are frozen: none of them makes the table of a kind registered since.
       await migrate(admin)
+      const missing = 'the database has no table models, which this build reads, and its schema is at version 7 already: ' +
+        'no migration of this build makes it; add one (CONTRIBUTING.md, "A new kind of record"), then run npm run db -- migrate'
+      const refused = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
+      lifecycles.push(refused)
+      // Before: PostgreSQL's `relation "models" does not exist`, naming neither the cause nor the fix.
+      await expect(refused.load()).rejects.toThrow(missing)
+      expect((await readFile('docs/postgresql.md', 'utf8')).replace(/\s+/g, ' ')).toContain(`cannot start: ${missing}`)
+
+      // The kind's migration, as listTableSql makes it of its entry.
+      await admin.query(listTableSql((KINDS as unknown as Record<string, { table: string, unique: readonly string[] }>).models!))
       const data = dataWith(models('Alpha', 'Beta'))
       await replaceDirectory(admin, data)
       // What `npm run db -- export` writes.

@@ -6,7 +6,7 @@ import type { ApiKey } from '../../schemas/fixtures.js'
 import type { Member } from '../../schemas/member.js'
 import { MAX_MEMBERS } from '../member-list.js'
 import { copyRows } from './copy-rows.js'
-import { checkSchema } from './postgres-schema.js'
+import { checkSchema, namingColumn } from './postgres-schema.js'
 import { DOCUMENT_MAX_BYTES, KEY_COLUMNS, MEMBER_FIELDS, MEMBER_ROWS, NAME_CHARS, ORGANIZATION_COLUMNS, overProblem, rowMessage, unread } from './postgres.js'
 
 /** Where `npm run db -- export` puts what it reads. */
@@ -57,9 +57,9 @@ export async function exportDirectory (client: pg.ClientBase, sink: ExportSink) 
 
 /** A list's documents, each checked as a replica checks it (postgres.ts, readList), none past its bound fetched. */
 async function exportList (client: pg.ClientBase, kind: RecordKind, sink: ExportSink) {
-  const { table, key, unique } = KINDS[kind]
+  const { table } = KINDS[kind]
   // A unique field is a column of its own, which names a row (its document may be left unread).
-  const named = key !== undefined && (unique as readonly string[]).includes(key) ? key : undefined
+  const named = namingColumn(kind)
   const query = `SELECT id::text, ${named === undefined ? 'NULL' : `left(${named}, ${NAME_CHARS})`}, document_bytes::text,
       CASE WHEN document_bytes <= ${DOCUMENT_MAX_BYTES} THEN document::text END
     FROM ${table} ORDER BY position, id`
@@ -73,7 +73,7 @@ async function exportList (client: pg.ClientBase, kind: RecordKind, sink: Export
         await sink.write(kind, document)
         continue
       }
-      const row = typeof name === 'string' ? `${key!} ${quoteValue(name)}` : `id ${id}`
+      const row = typeof name === 'string' ? `${named!} ${quoteValue(name)}` : `id ${id}`
       sink.refuse(kind, document === null ? `table ${table}, row ${row}: ${problem}` : rowMessage(problem, table, row))
     }
   }

@@ -12,7 +12,7 @@ import { backoff, type Batch, type Change, type FollowMode, type ReadRequest, ty
 import { ApiKeySchema, OrganizationSchema, type ApiKey } from '../../schemas/fixtures.js'
 import { MemberSchema, type Member } from '../../schemas/member.js'
 import { MAX_FILE_BYTES } from '../json-file.js'
-import { CHANNEL, checkSchema } from './postgres-schema.js'
+import { CHANNEL, checkSchema, namingColumn } from './postgres-schema.js'
 import { copyRows } from './copy-rows.js'
 
 /** Reconnection waits 100 ms, then twice as long each time, up to this. */
@@ -213,10 +213,10 @@ export const NAME_CHARS = 200
  * list is served without it.
  */
 async function readList (client: pg.ClientBase, kind: RecordKind): Promise<Change> {
-  const { table, key, unique } = KINDS[kind]
+  const { table } = KINDS[kind]
   // A unique field is a column of its own, which names a row whose document is left unread.
-  const named = key !== undefined && (unique as readonly string[]).includes(key) ? key : undefined
-  const { rows } = await client.query<{ id: number, name: string | null, bytes: number, document: unknown }>(`SELECT id,
+  const named = namingColumn(kind)
+  const { rows } = await client.query<{ id: number | string, name: string | null, bytes: number, document: unknown }>(`SELECT id,
       ${named === undefined ? 'NULL' : `left(${named}, ${NAME_CHARS})`} AS name, document_bytes AS bytes,
       CASE WHEN document_bytes <= ${DOCUMENT_MAX_BYTES} THEN document END AS document
     FROM ${table} ORDER BY position, id`)
@@ -224,7 +224,7 @@ async function readList (client: pg.ClientBase, kind: RecordKind): Promise<Chang
   const records: unknown[] = []
   const refused: Refusals = new Map()
   for (const [index, { id, name, bytes, document }] of rows.entries()) {
-    const row = name === null ? `id ${id}` : `${key} ${quoteValue(name)}`
+    const row = name === null ? `id ${id}` : `${named} ${quoteValue(name)}`
     const problem = document === null ? unread('document', bytes, DOCUMENT_MAX_BYTES) : recordProblem(kind, document, index)
     if (problem === undefined) records.push(document)
     else refused.set(row, document === null ? `table ${table}, row ${row}: ${problem}` : rowMessage(problem, table, row))

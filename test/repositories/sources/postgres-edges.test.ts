@@ -6,10 +6,10 @@ import { Value } from '@sinclair/typebox/value'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
 import { createPostgresSource } from '../../../src/repositories/sources/postgres.js'
-import { migrate } from '../../../src/repositories/sources/postgres-schema.js'
+import { KEY_CHECKS, migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { ApiKeySchema, KEY_KINDS } from '../../../src/schemas/fixtures.js'
 import { bearer, build, KEYS, makeData, sha256, watchLifecycle } from '../../helper.js'
-import { databaseWith, startPostgres, type PostgresServer } from '../../postgres.js'
+import { checkOf, databaseWith, startPostgres, type PostgresServer } from '../../postgres.js'
 import { startServer, type RunningServer } from '../../process.js'
 import { PATIENCE_MS } from '../../patience.js'
 
@@ -143,6 +143,17 @@ describe('schema 7: what the database checks of a key at write time', () => {
     ['sha256 in capitals', "UPDATE keys SET sha256 = upper(sha256) WHERE name = 'alpha-standard'", 'keys_sha256_check']
   ])('refuses a key set to %s, naming the check', async (_case, sql, constraint) => {
     await expect(admin.query(sql)).rejects.toMatchObject({ constraint, message: `new row for relation "keys" violates check constraint "${constraint}"` })
+  })
+
+  it('holds the checks migration 7 wrote equal to what the key\'s schema makes today: a change of the schema needs a migration', async () => {
+    const generated = [checkOf('keys', ApiKeySchema, 'kind'), checkOf('keys', ApiKeySchema, 'sha256')]
+    expect(KEY_CHECKS).toEqual(generated)
+    // The database's, as migration 7's text made them, against the same made from the schema today.
+    await admin.query(`CREATE TEMP TABLE keys_generated (kind text, sha256 text,
+      ${generated.map(({ name, check }) => `CONSTRAINT ${name} CHECK (${check})`).join(', ')})`)
+    const definitions = async (table: string) => (await admin.query(`SELECT conname, pg_get_constraintdef(oid) AS definition FROM pg_constraint
+      WHERE conrelid = $1::regclass AND contype = 'c' ORDER BY conname`, [table])).rows
+    expect(await definitions('keys')).toEqual(await definitions('keys_generated'))
   })
 
   it('takes the kinds and hashes the schema takes, and no other, its checks validated', async () => {
