@@ -141,10 +141,10 @@ describe('an extra kind in PostgreSQL', () => {
     const admin = new pg.Client({ connectionString: url })
     await admin.connect()
     try {
-      // The migrations are frozen: none of them makes the table of a kind registered since.
-      await migrate(admin)
+      // The migrations are frozen: none of them makes the table of a kind registered since, and migrate says so.
       const missing = 'the database has no table models, which this build reads, and its schema is at version 7 already: ' +
         'no migration of this build makes it; add one (CONTRIBUTING.md, "A new kind of record"), then run npm run db -- migrate'
+      await expect(migrate(admin)).rejects.toThrow(missing)
       const refused = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
       lifecycles.push(refused)
       // Before: PostgreSQL's `relation "models" does not exist`, naming neither the cause nor the fix.

@@ -501,6 +501,8 @@ export async function migrate (client: pg.ClientBase, target = SCHEMA_VERSION): 
     throw error
   }
   if (target >= 7) await validateChecks(client)
+  // A kind registered without a migration that makes its table: said by migrate too, not only at start.
+  if (target === SCHEMA_VERSION) await checkSchema(client)
   return pending.map((migration) => migration.version)
 }
 
