@@ -39,15 +39,17 @@ interface KindEntry {
 
 /** A kind served as a whole list by an operation of its own. */
 interface ListKindEntry extends KindEntry {
-  held: 'list'
+  /** How the snapshot indexes it (snapshot.ts): a list, served whole. */
+  index: 'list'
   operation: ListOperation
-  /** A record as served, where that is not the record as held (a field the data may leave out): its schema, and how it is made. */
+  /** A record as served, where that is not the record as loaded (a field the data may leave out): its schema, and how it is made. */
   served?: { schema: TSchema, record: (record: never) => unknown }
 }
 
 /** The keys, and the organizations with their member pages: held by key, served by routes of their own. */
 interface KeyedKindEntry extends KindEntry {
-  held: 'keys' | 'organizations'
+  /** How the snapshot indexes it (snapshot.ts): by name (keys), or by id with member pages (organizations). */
+  index: 'keys' | 'organizations'
   operation?: Operation
 }
 
@@ -65,7 +67,7 @@ export const KINDS = {
     table: 'providers',
     key: 'slug',
     unique: ['slug'],
-    held: 'list',
+    index: 'list',
     operation: {
       path: '/providers',
       operationId: 'listProviders',
@@ -82,7 +84,7 @@ export const KINDS = {
     table: 'endpoints',
     key: undefined,
     unique: [],
-    held: 'list',
+    index: 'list',
     operation: {
       path: '/endpoints/zdr',
       operationId: 'listEndpointsZdr',
@@ -98,7 +100,7 @@ export const KINDS = {
     table: 'organizations',
     key: 'id',
     unique: ['id'],
-    held: 'organizations',
+    index: 'organizations',
     operation: {
       path: '/organization/members',
       operationId: 'listOrganizationMembers',
@@ -111,5 +113,5 @@ export const KINDS = {
         'If-None-Match with it answers 304.'
     }
   },
-  keys: { schema: ApiKeySchema, file: 'keys.json', table: 'keys', key: 'name', unique: ['name', 'sha256'], held: 'keys' }
+  keys: { schema: ApiKeySchema, file: 'keys.json', table: 'keys', key: 'name', unique: ['name', 'sha256'], index: 'keys' }
 } as const satisfies Record<string, ListKindEntry | KeyedKindEntry>

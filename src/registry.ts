@@ -12,9 +12,9 @@ export type RecordKind = keyof typeof KINDS
 export const RECORD_KINDS = Object.keys(KINDS) as RecordKind[]
 
 /** The kinds served as a whole list, each by an operation of its own. */
-export type ListKind = { [K in RecordKind]: (typeof KINDS)[K]['held'] extends 'list' ? K : never }[RecordKind]
+export type ListKind = { [K in RecordKind]: (typeof KINDS)[K]['index'] extends 'list' ? K : never }[RecordKind]
 
-export const LIST_KINDS = RECORD_KINDS.filter((kind) => KINDS[kind].held === 'list') as ListKind[]
+export const LIST_KINDS = RECORD_KINDS.filter((kind) => KINDS[kind].index === 'list') as ListKind[]
 
 /** Every public operation of the API, in the registry's order. */
 export const OPERATIONS: readonly Operation[] = RECORD_KINDS.flatMap((kind) => {

@@ -90,11 +90,11 @@ const COMPRESS_FROM_BYTES = 1024
 const PAGE_GZIP = { level: 6 }
 const PAGE_BROTLI = { [zlib.BROTLI_PARAM_QUALITY]: 4, [zlib.BROTLI_PARAM_MODE]: zlib.BROTLI_MODE_TEXT }
 
-/** A page of a list that the snapshot holds by version; its body is made only when it is sent. */
+/** A page of a list that the snapshot holds by digest; its body is made only when it is sent. */
 export interface PageSource {
   json: Buffer
   /** Changes whenever an item of the whole list changes; the same on every replica. */
-  version: string
+  digest: string
 }
 
 /**
@@ -111,7 +111,7 @@ export function compressedPages (maxBytes = COMPRESSED_PAGES_MAX_BYTES): Compres
 }
 
 /**
- * A page in the coding the client prefers, tagged without hashing it: the list's version, the
+ * A page in the coding the client prefers, tagged without hashing it: the list's digest, the
  * page's bounds and the coding name the bytes, so two replicas with the same data give the same
  * tag, and any change of the list gives a new one. The body is compressed only when read (a
  * 304 needs none), and kept by its tag in `cache` (the tag names its bytes: a page kept never goes
@@ -124,11 +124,11 @@ export class PageRepresentation implements Representation {
   readonly #json: Buffer
   readonly #cache: CompressedPages
 
-  constructor ({ json, version }: PageSource, offset: number, limit: number, accepted: Coding, cache: CompressedPages) {
+  constructor ({ json, digest }: PageSource, offset: number, limit: number, accepted: Coding, cache: CompressedPages) {
     this.#json = json
     this.#cache = cache
     this.coding = json.length < COMPRESS_FROM_BYTES ? 'identity' : accepted
-    this.etag = `"${version}.${offset}.${limit}.${this.coding}"`
+    this.etag = `"${digest}.${offset}.${limit}.${this.coding}"`
   }
 
   get body (): Buffer {

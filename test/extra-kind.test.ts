@@ -23,7 +23,7 @@ vi.mock('../src/kinds.js', async (importOriginal) => {
     table: 'models',
     key: 'id',
     unique: ['id'],
-    held: 'list',
+    index: 'list',
     operation: {
       path: '/models',
       operationId: 'listModels',

@@ -5,7 +5,7 @@ import { TestRunner, onTestFinished, vi } from 'vitest'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, type LogOptions } from '../src/app.js'
 import type { Lifecycle, Snapshots, SnapshotInfo } from '../src/repositories/lifecycle.js'
-import { RECORD_KINDS, type DirectoryData, type Held } from '../src/repositories/records.js'
+import { RECORD_KINDS, type DirectoryData, type Loaded } from '../src/repositories/records.js'
 import { createSnapshot, type Snapshot } from '../src/repositories/snapshot.js'
 import { LIST_KINDS, type ListKind } from '../src/registry.js'
 import type { Provider } from '../src/schemas/provider.js'
@@ -273,7 +273,7 @@ export function recordsOf (snapshot: Snapshot) {
   // Every list kind of the registry, a test's own included.
   const lists = Object.fromEntries(LIST_KINDS.map((kind) => [kind, (snapshot.indexes[kind] as unknown as { records: unknown[] }).records]))
   return {
-    ...lists as { [K in ListKind]: Array<Held<K>> } & Record<string, unknown[]>,
+    ...lists as { [K in ListKind]: Array<Loaded<K>> } & Record<string, unknown[]>,
     organizations: byKey(snapshot.indexes.organizations.byKey.values(), (organization) => organization.id),
     keys: byKey(snapshot.indexes.keys.byKey.values(), (key) => key.name)
   }
@@ -290,19 +290,19 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = PATIENCE_MS) {
   /** The rows each install read, by kind, where the source counts them. */
   const rowsRead: Array<Record<string, number>> = []
   /** The version of the source each install was read from. */
-  const sourceVersions: Array<string | undefined> = []
+  const sourcePositions: Array<string | undefined> = []
   /** What was logged as a warning (a read that failed and is tried again), with its problem. */
   const warnings: string[] = []
   /** The modes the source said it follows changes by, in order. */
   const modes: string[] = []
   const followed = lifecycle.follow({
-    info (object: { change?: string, rows_read?: Record<string, number>, source_version?: string, mode?: string }, message) {
+    info (object: { change?: string, rows_read?: Record<string, number>, source_position?: string, mode?: string }, message) {
       if (message.startsWith('following changes by')) modes.push(object.mode!)
       // Kinds read together are installed together, their changes joined by '; '.
       if (message === 'change installed') {
         installed += String(object.change).split('; ').length
         rowsRead.push(object.rows_read ?? {})
-        sourceVersions.push(object.source_version)
+        sourcePositions.push(object.source_position)
       }
       if (message.startsWith('following changes again')) states.push({ up: true })
     },
@@ -331,7 +331,7 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = PATIENCE_MS) {
     }),
     installs: (count: number) => poll(`${count} installs`, () => installed >= count ? installed : undefined),
     rowsRead,
-    sourceVersions,
+    sourcePositions,
     warnings,
     modes,
     /** Resolves once the source knows how it follows changes. */

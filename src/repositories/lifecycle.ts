@@ -59,7 +59,7 @@ interface Ready {
   finish(next: Snapshot): Index<RecordKind>
 }
 
-const isKeyed = (kind: RecordKind): kind is KeyedKind => KINDS[kind].held !== 'list'
+const isKeyed = (kind: RecordKind): kind is KeyedKind => KINDS[kind].index !== 'list'
 
 /** `keys: "a", "b", and 3 more`, or `keys: all read again`: what a change was, quoted as every message quotes a value (never a hash). */
 function describe (change: Change): string {
@@ -264,7 +264,7 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
       change: ready.map(({ change }) => change).join('; '),
       snapshot: { version, fingerprint: next.fingerprint },
       // The position of the source it was read at: one for every kind of the batch.
-      source_version: batch.version ?? batch.position,
+      source_position: batch.label ?? batch.position,
       records: next.counts(),
       // What each change cost, where the source counts it: a revocation among a million keys reads one row.
       ...rowsRead.length > 0 ? { rows_read: Object.fromEntries(rowsRead) } : {}

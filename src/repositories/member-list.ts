@@ -16,10 +16,10 @@ export interface MemberPage {
   /** `{"data": Member[], "total_count": n}` as JSON. */
   json: Buffer
   /**
-   * The version of the organization's members: the same members give the same version on every
+   * The digest of the organization's members: the same members give the same digest on every
    * replica, and any change of a member gives another. With the offset and the limit, it names the page.
    */
-  version: string
+  digest: string
 }
 
 const PAGE_START = Buffer.from('{"data":[')
@@ -37,7 +37,7 @@ export class MemberListBuilder {
   private texts: string[] = []
   private readonly ends: number[] = []
   private end = -1
-  private readonly digest = createHash('sha1')
+  private readonly hash = createHash('sha1')
 
   /** `where` names the organization in the message that refuses one past MAX_MEMBERS. */
   constructor (private readonly where: string) {}
@@ -54,7 +54,7 @@ export class MemberListBuilder {
   finish (): MemberList {
     this.flush()
     const text = Buffer.concat(this.chunks)
-    return new MemberList(text, this.ends, this.digest.digest('base64url'))
+    return new MemberList(text, this.ends, this.hash.digest('base64url'))
   }
 
   private flush () {
@@ -67,7 +67,7 @@ export class MemberListBuilder {
 
   private append (bytes: Buffer) {
     this.chunks.push(bytes)
-    this.digest.update(bytes)
+    this.hash.update(bytes)
   }
 }
 
@@ -87,7 +87,7 @@ export class MemberList {
     /** Where each member's JSON ends in `text`. */
     private readonly ends: readonly number[],
     /** SHA-1 of the members' JSON: changes whenever a member does, and is the same on every replica. */
-    readonly version: string
+    readonly digest: string
   ) {}
 
   /** A list of these members, made in one go (a file's, a test's). */
@@ -104,7 +104,7 @@ export class MemberList {
   /** A page of the members: a slice of their texts between two brackets, whatever their number. */
   page (offset: number, limit: number): MemberPage {
     this.pageEnd ??= Buffer.from(`],"total_count":${this.length}}`)
-    return { json: Buffer.concat([PAGE_START, this.json(offset, Math.min(offset + limit, this.length)), this.pageEnd]), version: this.version }
+    return { json: Buffer.concat([PAGE_START, this.json(offset, Math.min(offset + limit, this.length)), this.pageEnd]), digest: this.digest }
   }
 
   /** The JSON texts of members `start` to `end` (excluded), comma-separated. */

@@ -22,11 +22,11 @@ export interface Organization extends Omit<RecordOf<'organizations'>, 'members'>
   readonly members: MemberList
 }
 
-/** What the snapshot holds of each kind. */
-export type Held<K extends RecordKind> = K extends 'organizations' ? Organization : RecordOf<K>
+/** A record as loaded: what a source hands over and the snapshot holds (an organization's members serialized). */
+export type Loaded<K extends RecordKind> = K extends 'organizations' ? Organization : RecordOf<K>
 
 /** One complete set of records, as a source reads it whole (`npm run db -- export`, `npm run check`). */
-export type DirectoryData = { readonly [K in RecordKind]: ReadonlyArray<Held<K>> }
+export type DirectoryData = { readonly [K in RecordKind]: ReadonlyArray<Loaded<K>> }
 
 // Compiled once: checking a million records takes a fraction of a second this way, and the slower
 // error walk only runs when the data is invalid.
@@ -124,7 +124,7 @@ export function membersProblem (members: readonly Member[], at: string): string 
  * The rule between the records of one kind: the fields the registry says are unique are. `where`
  * names the origin (a file, a table) in the message.
  */
-export function assertUnique<K extends RecordKind> (kind: K, records: ReadonlyArray<Held<K>>, where: string) {
+export function assertUnique<K extends RecordKind> (kind: K, records: ReadonlyArray<Loaded<K>>, where: string) {
   for (const field of KINDS[kind].unique) {
     const values = records.map((record) => (record as Record<string, unknown>)[field] as string)
     // A Set answers the common case (all unique) in one pass; the duplicate is located only when there is one.
@@ -148,7 +148,7 @@ export function duplicateProblem (field: string, value: string, index: number, f
 
 /** `3 providers, 2 endpoints, 2 organizations with 253 members, 4 keys`: what a command says it read or wrote. */
 export function describeCounts (counts: { [kind in RecordKind | 'members']: number }): string {
-  return RECORD_KINDS.map((kind) => KINDS[kind].held === 'organizations'
+  return RECORD_KINDS.map((kind) => KINDS[kind].index === 'organizations'
     ? `${counts[kind]} ${kind} with ${counts.members} members`
     : `${counts[kind]} ${kind}`).join(', ')
 }

@@ -3,7 +3,7 @@ import type { ApiKey } from '../schemas/fixtures.js'
 import { LayeredMap } from './layered-map.js'
 import { KeyTable, KeyTableBuilder, expiryOf, hashOfKey } from './key-table.js'
 import { createSlicer } from './slices.js'
-import { KINDS, RECORD_KINDS, type Held, type Organization, type RecordKind } from './records.js'
+import { KINDS, RECORD_KINDS, type Loaded, type Organization, type RecordKind } from './records.js'
 import type { Change, Whole } from './source.js'
 import { serializeList, type SerializedList } from '../representation.js'
 import type { MemberPage } from './member-list.js'
@@ -36,10 +36,10 @@ interface OrganizationIndex extends KeyedIndex<Organization> {
   readonly members: number
 }
 
-/** How the snapshot holds each kind, by the registry's `held`. */
+/** How the snapshot indexes each kind, by the registry's `index`. */
 type Indexes = {
-  readonly [K in RecordKind]: (typeof KINDS)[K]['held'] extends 'list' ? ListIndex<Held<K>>
-    : (typeof KINDS)[K]['held'] extends 'keys' ? KeyIndex : OrganizationIndex
+  readonly [K in RecordKind]: (typeof KINDS)[K]['index'] extends 'list' ? ListIndex<Loaded<K>>
+    : (typeof KINDS)[K]['index'] extends 'keys' ? KeyIndex : OrganizationIndex
 }
 
 export type Index<K extends RecordKind> = Indexes[K]
@@ -127,7 +127,7 @@ export async function createSnapshot (changes: { [K in RecordKind]: Whole<K> }, 
 /** The index a change makes of the index it changes (undefined at start). */
 export async function applyChange<K extends RecordKind> (previous: Index<K> | undefined, change: Change<K>): Promise<Index<K>> {
   const { kind } = change
-  switch (KINDS[kind].held) {
+  switch (KINDS[kind].index) {
     case 'list': {
       // A list is served as one body: any change serializes it again (a few hundred records).
       if (!('all' in change)) throw new Error(`${kind} change as a whole list`)
@@ -165,28 +165,28 @@ const keyRules: KeyedRules<ApiKey> = {
 
 const organizationRules: KeyedRules<Organization> = {
   keyOf: (organization) => organization.id,
-  same: (a, b) => a.name === b.name && a.members.version === b.members.version,
-  hashOf: (organization) => hash52(`${organization.id}\u0000${organization.name}\u0000${organization.members.version}`)
+  same: (a, b) => a.name === b.name && a.members.digest === b.members.digest,
+  hashOf: (organization) => hash52(`${organization.id}\u0000${organization.name}\u0000${organization.members.digest}`)
 }
 
-/** The changes that `upsert` and `remove` make to `old`: a record equal to the one in place is none. */
-function changesTo<T> (old: LayeredMap<string, T>, upsert: readonly T[], remove: readonly string[], rules: KeyedRules<T>): Array<Edit<T>> {
-  const changes: Array<Edit<T>> = []
+/** The edits that `upsert` and `remove` make to `old` (a change, as an index applies it): a record equal to the one in place is none. */
+function editsTo<T> (old: LayeredMap<string, T>, upsert: readonly T[], remove: readonly string[], rules: KeyedRules<T>): Array<Edit<T>> {
+  const edits: Array<Edit<T>> = []
   for (const record of upsert) {
     const key = rules.keyOf(record)
     const before = old.get(key)
-    if (before === undefined || !rules.same(before, record)) changes.push([key, before, record])
+    if (before === undefined || !rules.same(before, record)) edits.push([key, before, record])
   }
   for (const key of remove) {
     const before = old.get(key)
-    if (before !== undefined) changes.push([key, before, undefined])
+    if (before !== undefined) edits.push([key, before, undefined])
   }
-  return changes
+  return edits
 }
 
-/** The sum of the records' hashes after these changes. */
-function sumAfter<T> (sum: number, changes: ReadonlyArray<Edit<T>>, rules: KeyedRules<T>): number {
-  for (const [, before, after] of changes) {
+/** The sum of the records' hashes after these edits. */
+function sumAfter<T> (sum: number, edits: ReadonlyArray<Edit<T>>, rules: KeyedRules<T>): number {
+  for (const [, before, after] of edits) {
     if (before !== undefined) sum = (sum - rules.hashOf(before) + HASH_RANGE) % HASH_RANGE
     if (after !== undefined) sum = (sum + rules.hashOf(after)) % HASH_RANGE
   }
@@ -195,8 +195,8 @@ function sumAfter<T> (sum: number, changes: ReadonlyArray<Edit<T>>, rules: Keyed
 
 async function applyOrganizations (previous: OrganizationIndex | undefined, change: Change<'organizations'>): Promise<OrganizationIndex> {
   if (!('all' in change)) {
-    if (previous === undefined) throw new Error('a change of named records needs the index it changes')
-    return withOrganizationChanges(previous, changesTo(previous.byKey, change.upsert, change.remove, organizationRules))
+    if (previous === undefined) throw new Error('a change of named records needs the index it edits')
+    return withOrganizationEdits(previous, editsTo(previous.byKey, change.upsert, change.remove, organizationRules))
   }
   // Every organization: a new base, the index in place left as it is.
   const slicer = createSlicer()
@@ -212,12 +212,12 @@ async function applyOrganizations (previous: OrganizationIndex | undefined, chan
   return { byKey: LayeredMap.of(map), sum, members }
 }
 
-function withOrganizationChanges (previous: OrganizationIndex, changes: ReadonlyArray<Edit<Organization>>): OrganizationIndex {
+function withOrganizationEdits (previous: OrganizationIndex, edits: ReadonlyArray<Edit<Organization>>): OrganizationIndex {
   let members = previous.members
-  for (const [, before, after] of changes) members += (after?.members.length ?? 0) - (before?.members.length ?? 0)
+  for (const [, before, after] of edits) members += (after?.members.length ?? 0) - (before?.members.length ?? 0)
   return {
-    byKey: previous.byKey.with(changes.map(([key, , after]) => [key, after] as const)),
-    sum: sumAfter(previous.sum, changes, organizationRules),
+    byKey: previous.byKey.with(edits.map(([key, , after]) => [key, after] as const)),
+    sum: sumAfter(previous.sum, edits, organizationRules),
     members
   }
 }
@@ -229,13 +229,13 @@ export type KeyedKind = 'keys' | 'organizations'
  * A keyed index with these records put in and the records of these keys taken out, at once (no
  * turn of the event loop): what a change that names its records makes.
  */
-export function withRecords<K extends KeyedKind> (index: Index<K>, upsert: ReadonlyArray<Held<K>>, remove: readonly string[]): Index<K> {
-  if ('table' in index) return withKeyChanges(index, changesTo(index.byKey, upsert as readonly ApiKey[], remove, keyRules)) as Index<K>
+export function withRecords<K extends KeyedKind> (index: Index<K>, upsert: ReadonlyArray<Loaded<K>>, remove: readonly string[]): Index<K> {
+  if ('table' in index) return withKeyEdits(index, editsTo(index.byKey, upsert as readonly ApiKey[], remove, keyRules)) as Index<K>
   const organizations = index as OrganizationIndex
-  return withOrganizationChanges(organizations, changesTo(organizations.byKey, upsert as readonly Organization[], remove, organizationRules)) as Index<K>
+  return withOrganizationEdits(organizations, editsTo(organizations.byKey, upsert as readonly Organization[], remove, organizationRules)) as Index<K>
 }
 
-/** The index of keys whose base is `table`, without changes above it. */
+/** The index of keys whose base is `table`, without edits above it. */
 function keyIndexOf (table: KeyTable): KeyIndex {
   return { table, byKey: LayeredMap.of(table.byName), bySha: LayeredMap.of(table.bySha), sum: table.sum }
 }
@@ -252,21 +252,21 @@ async function applyKeys (previous: KeyIndex | undefined, change: Change<'keys'>
     }
     return keyIndexOf(builder.finish())
   }
-  if (previous === undefined) throw new Error('a change of named records needs the index it changes')
-  return withKeyChanges(previous, changesTo(previous.byKey, change.upsert, change.remove, keyRules))
+  if (previous === undefined) throw new Error('a change of named records needs the index it edits')
+  return withKeyEdits(previous, editsTo(previous.byKey, change.upsert, change.remove, keyRules))
 }
 
-function withKeyChanges (previous: KeyIndex, changes: ReadonlyArray<Edit<ApiKey>>): KeyIndex {
+function withKeyEdits (previous: KeyIndex, edits: ReadonlyArray<Edit<ApiKey>>): KeyIndex {
   // Old hashes out first, new ones in after: a hash that moves from one key to another in the
   // same change stays.
-  const shaChanges: Array<[string, ApiKey | undefined]> = []
-  for (const [, before] of changes) if (before) shaChanges.push([before.sha256, undefined])
-  for (const [, , after] of changes) if (after) shaChanges.push([after.sha256, after])
+  const shaEdits: Array<[string, ApiKey | undefined]> = []
+  for (const [, before] of edits) if (before) shaEdits.push([before.sha256, undefined])
+  for (const [, , after] of edits) if (after) shaEdits.push([after.sha256, after])
   return {
     table: previous.table,
-    byKey: previous.byKey.with(changes.map(([key, , after]) => [key, after] as const)),
-    bySha: previous.bySha.with(shaChanges),
-    sum: sumAfter(previous.sum, changes, keyRules)
+    byKey: previous.byKey.with(edits.map(([key, , after]) => [key, after] as const)),
+    bySha: previous.bySha.with(shaEdits),
+    sum: sumAfter(previous.sum, edits, keyRules)
   }
 }
 

@@ -1,8 +1,8 @@
-import { DataError, RECORD_KINDS, type DirectoryData, type Held, type RecordKind } from './records.js'
+import { DataError, RECORD_KINDS, type DirectoryData, type Loaded, type RecordKind } from './records.js'
 import { KeyTable } from './key-table.js'
 
 /** Every record of a kind: keys may come as a KeyTable, built as they were read. */
-export type Whole<K extends RecordKind> = K extends 'keys' ? ReadonlyArray<Held<K>> | KeyTable : ReadonlyArray<Held<K>>
+export type Whole<K extends RecordKind> = K extends 'keys' ? ReadonlyArray<Loaded<K>> | KeyTable : ReadonlyArray<Loaded<K>>
 
 /** A wait after `failures` failures in a row: 100 ms, then twice as long each time, up to `maxMs`. */
 export function backoff (failures: number, maxMs: number): number {
@@ -22,7 +22,7 @@ export interface ReadRequest<K extends RecordKind = RecordKind> {
  */
 export type Change<K extends RecordKind = RecordKind> = (
   | { readonly kind: K, readonly all: Whole<K> }
-  | { readonly kind: K, readonly upsert: ReadonlyArray<Held<K>>, readonly remove: readonly string[] }
+  | { readonly kind: K, readonly upsert: ReadonlyArray<Loaded<K>>, readonly remove: readonly string[] }
 ) & {
   /**
    * Records refused one by one (a bad row among good ones), by key, each with what is wrong with
@@ -47,8 +47,8 @@ export interface Refusal {
 export interface Batch {
   /** Where the source was: the next read hands over what changed after it. Opaque to all but its source. */
   readonly position: string
-  /** The position in the words of the logs (the folder's generation, PostgreSQL's snapshot); the position itself when absent. */
-  readonly version?: string
+  /** The position in the words of the logs (the folder's generation); the position itself when absent. */
+  readonly label?: string
   /** A number that grows with the position, comparable between replicas of one source (PostgreSQL: a transaction id). */
   readonly horizon?: number
   /** A change, or a refusal, of each kind that changed; none when nothing did. */

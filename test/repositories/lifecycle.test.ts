@@ -62,9 +62,9 @@ function memorySource () {
     }
     const named = new Map<RecordKind, Set<string> | 'all'>()
     for (const { kind, keys } of entries) {
-      const held = named.get(kind) ?? new Set<string>()
-      if (keys === undefined || held === 'all') named.set(kind, 'all')
-      else named.set(kind, new Set([...held, ...keys]))
+      const names = named.get(kind) ?? new Set<string>()
+      if (keys === undefined || names === 'all') named.set(kind, 'all')
+      else named.set(kind, new Set([...names, ...keys]))
     }
     const changes = RECORD_KINDS.filter((kind) => named.has(kind)).map((kind): Change | Refusal => {
       if (source.refusing.has(kind)) return { kind, error: new DataError(`${kind}.json: [0]: bad`) }

@@ -16,7 +16,7 @@ describe('a member list written a chunk at a time', () => {
     const all = members(2500)
     const list = MemberList.of(all)
     const text = all.map((member) => JSON.stringify(member)).join(',')
-    expect(list.version).toBe(createHash('sha1').update(text).digest('base64url'))
+    expect(list.digest).toBe(createHash('sha1').update(text).digest('base64url'))
     expect(list.length).toBe(2500)
     expect(list.slice()).toEqual(all)
     // Across the first chunk's end (1024 members) and the second's.

@@ -19,7 +19,7 @@ import type { Member } from '../../schemas/member.js'
  * rows it sends.
  */
 export async function * readRecordBatches<K extends RecordKind> (dir: string, kind: K, { repeats = true } = {}): AsyncGenerator<Records<K>> {
-  const { file, unique, held } = KINDS[kind]
+  const { file, unique } = KINDS[kind]
   const fields = (repeats ? unique : []).map((field) => ({ field, values: new UniqueValues(), duplicate: undefined as string | undefined }))
   let problem: string | undefined
   let index = 0
@@ -28,7 +28,7 @@ export async function * readRecordBatches<K extends RecordKind> (dir: string, ki
       if (problem !== undefined) continue
       for (const record of records) {
         problem = recordProblem(kind, record, index) ??
-          (held === 'organizations' ? membersProblem((record as { members: Member[] }).members, `[${index}].members`) : undefined)
+          (KINDS[kind].index === 'organizations' ? membersProblem((record as { members: Member[] }).members, `[${index}].members`) : undefined)
         if (problem !== undefined) break
         for (const unique of fields) {
           if (unique.duplicate !== undefined) continue

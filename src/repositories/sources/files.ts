@@ -13,7 +13,7 @@ export const FIXTURE_FILES = Object.fromEntries(RECORD_KINDS.map((kind) => [kind
 
 /**
  * Events of a burst (an editor's or Kubernetes' several writes) are looked at once, this long
- * after the first: the files are then read from one version of the folder.
+ * after the first: the files are then read from one generation of the folder.
  */
 const DEBOUNCE_MS = 100
 
@@ -50,7 +50,7 @@ async function readFile<K extends RecordKind> (dir: string, kind: K): Promise<Ch
     for (let index = 0; index < records.length; index++) {
       const problem = recordProblem(kind, records[index], index)
       if (problem !== undefined) throw new DataError(`${file}: ${problem}`)
-      if (KINDS[kind].held === 'organizations') {
+      if (KINDS[kind].index === 'organizations') {
         // Held serialized (member-list.ts), each organization's member ids checked unique.
         const organization = records[index] as { members: Member[] }
         records[index] = { ...organization, members: compactMembers(organization.members, file, `[${index}].members`) }
@@ -141,14 +141,14 @@ export function createFileSource (dir: string): Source {
   }
 
   /**
-   * These kinds' files read from one version of the folder, at a position: the generation `..data`
+   * These kinds' files read from one generation of the folder, at a position: the generation `..data`
    * names, and every file's signature then (those not read keep the one `since` gives). A file is
    * read whole whatever changed in it; every file, when `..data` names another generation than
    * `sinceGeneration`: none is then served from the generation before.
    */
   async function readAt (changed: readonly RecordKind[], since: readonly string[], sinceGeneration?: string): Promise<Batch> {
     for (let attempt = 1; ; attempt++) {
-      // What is served is what each path holds, whatever it links to. One version of the folder: the
+      // What is served is what each path holds, whatever it links to. One generation of the folder: the
       // files linked through `..data` read from the one generation it names (the kubelet writes it
       // whole before it swaps `..data` to it, and never writes it again), and the files whose
       // signatures did not change while they were read.
@@ -166,8 +166,8 @@ export function createFileSource (dir: string): Source {
       const torn = after.some((signature, index) => signature !== before[index])
       if (torn && attempt < READ_ATTEMPTS) continue
       const signed = RECORD_KINDS.map((kind, index) => kinds.includes(kind) ? before[kinds.indexOf(kind)]! : since[index] ?? '')
-      const version = generation === undefined ? hash('sha1', signed.join(','), 'hex').slice(0, 16) : generationName
-      return { position: `${generationName}|${signed.join(',')}`, version, changes }
+      const label = generation === undefined ? hash('sha1', signed.join(','), 'hex').slice(0, 16) : generationName
+      return { position: `${generationName}|${signed.join(',')}`, label, changes }
     }
   }
 

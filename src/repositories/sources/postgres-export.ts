@@ -42,7 +42,7 @@ export async function exportDirectory (client: pg.ClientBase, sink: ExportSink) 
   try {
     await checkSchema(client)
     for (const kind of RECORD_KINDS) {
-      switch (KINDS[kind].held) {
+      switch (KINDS[kind].index) {
         case 'list': await exportList(client, kind, sink); break
         case 'organizations': await exportOrganizations(client, sink); break
         case 'keys': await exportKeys(client, sink); break

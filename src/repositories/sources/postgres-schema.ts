@@ -568,7 +568,7 @@ function tablesRead (): Map<string, readonly string[]> {
   const tables = new Map<string, readonly string[]>()
   for (const kind of RECORD_KINDS) {
     const naming = namingColumn(kind)
-    tables.set(KINDS[kind].table, KINDS[kind].held === 'list' ? [...new Set([...LIST_COLUMNS, ...naming === undefined ? [] : [naming]])] : [])
+    tables.set(KINDS[kind].table, KINDS[kind].index === 'list' ? [...new Set([...LIST_COLUMNS, ...naming === undefined ? [] : [naming]])] : [])
   }
   for (const table of ['members', 'directory_changes', 'directory_changes_trimmed']) tables.set(table, [])
   return tables

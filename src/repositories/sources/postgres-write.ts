@@ -1,5 +1,5 @@
 import type pg from 'pg'
-import { KINDS, RECORD_KINDS, type DirectoryData, type Held, type RecordKind, type Records } from '../records.js'
+import { KINDS, RECORD_KINDS, type DirectoryData, type Loaded, type RecordKind, type Records } from '../records.js'
 import type { ApiKey } from '../../schemas/fixtures.js'
 import { checkSchema } from './postgres-schema.js'
 import { LIST_KINDS } from '../../registry.js'
@@ -33,7 +33,7 @@ function rowInserter (client: pg.ClientBase, table: string, columns: string[], b
 }
 
 /** A kind's records, in order, a batch at a time: a DirectoryData's arrays, or a file's records as they are read. */
-type Batches<K extends RecordKind> = AsyncIterable<ReadonlyArray<Held<K> | Records<K>[number]>> | Iterable<ReadonlyArray<Held<K> | Records<K>[number]>>
+type Batches<K extends RecordKind> = AsyncIterable<ReadonlyArray<Loaded<K> | Records<K>[number]>> | Iterable<ReadonlyArray<Loaded<K> | Records<K>[number]>>
 
 /** Each kind's records, in order, a batch at a time. */
 export type DirectoryBatches = { readonly [K in RecordKind]: Batches<K> }

@@ -374,7 +374,7 @@ async function readOrganizations (client: pg.ClientBase, ids: readonly string[] 
 const EMPTY = MemberList.of([])
 
 /** The longest name of a record, by the bounds of the kinds' keys, that the change log's entries are read with. */
-const NAME_MAX_BYTES = Math.max(...RECORD_KINDS.filter((kind) => KINDS[kind].held !== 'list').map((kind) => boundOf(KINDS[kind].schema, KINDS[kind].key!)))
+const NAME_MAX_BYTES = Math.max(...RECORD_KINDS.filter((kind) => KINDS[kind].index !== 'list').map((kind) => boundOf(KINDS[kind].schema, KINDS[kind].key!)))
 
 /** The kind whose records a table's change-log entries name: a member's change is its organization's. */
 const KIND_OF_TABLE = new Map<string, RecordKind>([...RECORD_KINDS.map((kind) => [KINDS[kind].table, kind] as const), ['members', 'organizations']])
@@ -640,7 +640,7 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
 
   /** One request of a read, in the read's transaction. */
   async function readKind (client: pg.ClientBase, { kind, keys }: ReadRequest): Promise<Change> {
-    switch (KINDS[kind].held) {
+    switch (KINDS[kind].index) {
       case 'list': return await readList(client, kind)
       case 'keys': return await readKeys(client, keys)
       case 'organizations': return await readOrganizations(client, keys)
@@ -694,11 +694,11 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
     for (const { table_name: table, names } of rows) {
       const kind = KIND_OF_TABLE.get(table)
       if (kind === undefined) continue
-      const held = named.get(kind) ?? new Set<string>()
-      if (names === null || held === 'all' || KINDS[kind].held === 'list') named.set(kind, 'all')
+      const seen = named.get(kind) ?? new Set<string>()
+      if (names === null || seen === 'all' || KINDS[kind].index === 'list') named.set(kind, 'all')
       else {
-        for (const name of names) held.add(name)
-        named.set(kind, held.size > NAMED_MAX ? 'all' : held)
+        for (const name of names) seen.add(name)
+        named.set(kind, seen.size > NAMED_MAX ? 'all' : seen)
       }
     }
     // A kind whose entries named only names past their bound has none to read.

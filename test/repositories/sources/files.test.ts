@@ -309,7 +309,7 @@ describe('following changes to the folder', () => {
     const n = Number(served().slice('provider-'.length))
     expect(lifecycle.current().indexes.keys.byKey.get(`generation-${n}`)).toBeDefined()
     expect(lifecycle.current().indexes.keys.byKey.size).toBe(40_001)
-    await expect.poll(() => watched.sourceVersions.includes(`..gen_${n}`)).toBe(true)
+    await expect.poll(() => watched.sourcePositions.includes(`..gen_${n}`)).toBe(true)
   })
 
   it('refuses a bad file alone, naming file, record and field, installs the other files changed, and installs the fix', async () => {

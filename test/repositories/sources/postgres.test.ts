@@ -237,7 +237,7 @@ describe('following changes', () => {
   })
 
   it('applies a transaction to each kind it changed, each read tagged with the snapshot of the database it read', async () => {
-    const { app, until, sourceVersions } = await follow()
+    const { app, until, sourcePositions } = await follow()
     await admin.query('BEGIN')
     await admin.query("INSERT INTO organizations (id, name) VALUES ('org_gamma', 'Gamma')")
     await admin.query("INSERT INTO members (organization_id, id, email, role) VALUES ('org_gamma', 'g1', 'g1@gamma.example', 'org:admin')")
@@ -248,7 +248,7 @@ describe('following changes', () => {
     expect(res.json()).toEqual({ data: [{ id: 'g1', email: 'g1@gamma.example', first_name: null, last_name: null, role: 'org:admin' }], total_count: 1 })
     // txid_current_snapshot(): xmin:xmax:xip-list.
     // The snapshot (xmin:xmax:xip-list), and the transactions at or past its xmin whose entries it read.
-    expect(sourceVersions.at(-1)).toMatch(/^\d+:\d+:[\d,]*\/[\d,]*$/)
+    expect(sourcePositions.at(-1)).toMatch(/^\d+:\d+:[\d,]*\/[\d,]*$/)
   })
 
   it('reads every organization again when the list of those changed is too long to notify', async () => {
@@ -348,7 +348,7 @@ describe('following changes', () => {
     /** Until the replica serves org_big as a whole read of the database gives it. */
     const caughtUp = async (until: Awaited<ReturnType<typeof follow>>['until']) => {
       const expected = big(await readDatabase()).members
-      await until((data) => big(data).members.version === expected.version)
+      await until((data) => big(data).members.digest === expected.digest)
     }
 
     it('follows a block\'s last member moved without changing the order, then removed', async () => {

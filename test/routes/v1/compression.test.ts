@@ -161,7 +161,7 @@ describe('compressed member pages', () => {
 
   it('keeps compressed pages up to a bound in bytes, the least recently used out first', () => {
     const cache = compressedPages(64 * 1024)
-    const page = (i: number) => ({ json: Buffer.from(JSON.stringify({ data: Array.from({ length: 100 }, (_, k) => ({ id: `user_${i}_${k}`, n: Math.sin(i * k) })) })), version: `v${i}` })
+    const page = (i: number) => ({ json: Buffer.from(JSON.stringify({ data: Array.from({ length: 100 }, (_, k) => ({ id: `user_${i}_${k}`, n: Math.sin(i * k) })) })), digest: `v${i}` })
     const bodies = Array.from({ length: 200 }, (_, i) => new PageRepresentation(page(i), 0, 100, 'gzip', cache).body)
     expect(cache.calculatedSize).toBeLessThanOrEqual(64 * 1024)
     expect(cache.size).toBeGreaterThan(0)
@@ -173,7 +173,7 @@ describe('compressed member pages', () => {
 
   it('holds no more memory than the bound it counts, in either coding', () => {
     const cache = compressedPages(64 * 1024)
-    const page = (i: number) => ({ json: Buffer.from(JSON.stringify({ data: Array.from({ length: 100 }, (_, k) => ({ id: `user_${i}_${k}`, email: `m${k}@org${i}.example` })) })), version: `v${i}` })
+    const page = (i: number) => ({ json: Buffer.from(JSON.stringify({ data: Array.from({ length: 100 }, (_, k) => ({ id: `user_${i}_${k}`, email: `m${k}@org${i}.example` })) })), digest: `v${i}` })
     for (let i = 0; i < 200; i++) {
       for (const coding of ['gzip', 'br'] as const) void new PageRepresentation(page(i), 0, 100, coding, cache).body
     }
