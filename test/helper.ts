@@ -7,7 +7,7 @@ import { buildApp, type LogOptions } from '../src/app.js'
 import type { Lifecycle, Snapshots, SnapshotInfo } from '../src/repositories/lifecycle.js'
 import { RECORD_KINDS, type DirectoryData, type Loaded } from '../src/repositories/records.js'
 import { createSnapshot, type Snapshot } from '../src/repositories/snapshot.js'
-import { LIST_KINDS, type ListKind } from '../src/registry.js'
+import { KINDS, LIST_KINDS, type ListKind } from '../src/registry.js'
 import type { Provider } from '../src/schemas/provider.js'
 import type { Endpoint } from '../src/schemas/endpoint.js'
 import { MemberList } from '../src/repositories/member-list.js'
@@ -136,6 +136,8 @@ const keyRecords: ApiKey[] = [
 
 export function makeData (overrides: Partial<DirectoryData> = {}): DirectoryData {
   return {
+    // A list kind whose data is not made here serves its schema's examples.
+    ...Object.fromEntries(LIST_KINDS.map((kind) => [kind, KINDS[kind].schema.examples ?? []])) as unknown as DirectoryData,
     providers: [makeProvider(1), makeProvider(2, { headquarters: null, datacenters: null }), makeProvider(3)],
     endpoints: [makeEndpoint(1), makeEndpoint(2)],
     organizations: [

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { createLifecycle, type Lifecycle } from '../../src/repositories/lifecycle.js'
-import { DataError, RECORD_KINDS, type RecordKind } from '../../src/repositories/records.js'
+import { DataError, KINDS, RECORD_KINDS, type RecordKind } from '../../src/repositories/records.js'
 import type { Batch, Change, Refusal, Source, SourceEvents } from '../../src/repositories/source.js'
 import type { ApiKey } from '../../src/schemas/fixtures.js'
 import { makeData, watchLifecycle } from '../helper.js'
@@ -13,7 +13,7 @@ import { makeData, watchLifecycle } from '../helper.js'
 function memorySource () {
   const data = makeData()
   const records = Object.fromEntries(Object.entries(data).map(([kind, list]) => [kind, [...list]])) as unknown as { [K in RecordKind]: Array<Record<string, unknown>> }
-  const keyOf: { [K in RecordKind]: string } = { providers: 'slug', endpoints: 'name', organizations: 'id', keys: 'name' }
+  const keyOf = (kind: RecordKind): string => KINDS[kind].key ?? 'name'
   const log: Array<{ kind: RecordKind, keys?: readonly string[] }> = []
   let events: SourceEvents | undefined
   let gate: Promise<void> | undefined
@@ -70,8 +70,8 @@ function memorySource () {
       if (source.refusing.has(kind)) return { kind, error: new DataError(`${kind}.json: [0]: bad`) }
       const keys = named.get(kind)!
       if (keys === 'all') return { kind, all: now[kind] } as unknown as Change
-      const upsert = now[kind].filter((record) => keys.has(record[keyOf[kind]] as string))
-      return { kind, upsert, remove: [...keys].filter((key) => !upsert.some((record) => record[keyOf[kind]] === key)) } as unknown as Change
+      const upsert = now[kind].filter((record) => keys.has(record[keyOf(kind)] as string))
+      return { kind, upsert, remove: [...keys].filter((key) => !upsert.some((record) => record[keyOf(kind)] === key)) } as unknown as Change
     })
     return { position, changes }
   }
