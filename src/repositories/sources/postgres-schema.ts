@@ -466,7 +466,7 @@ ALTER TABLE keys ADD CONSTRAINT keys_sha256_check CHECK (char_length(sha256) = 6
 }]
 
 /** The schema version this build reads and writes. */
-const SCHEMA_VERSION = MIGRATIONS.at(-1)!.version
+export const SCHEMA_VERSION = MIGRATIONS.at(-1)!.version
 
 // Any constant both sides agree on: it names "the migration lock" among advisory locks.
 const MIGRATION_LOCK = 7_208_114_231
