@@ -291,7 +291,7 @@ describe('npm run db -- export beside rows the schema refuses', () => {
     expect(written.organizations).toStrictEqual(JSON.parse(JSON.stringify([data.organizations[0], data.organizations[2]])))
     expect(written.keys.map((key: { name: string }) => key.name)).toEqual(['alpha-management', 'beta-management', 'orphan-management'])
     // What it wrote imports as it is.
-    expect((await db(url, 'import', '--data-dir', out)).stderr).toContain('2 providers, 2 endpoints, 2 organizations with 252 members, 3 keys')
+    expect((await db(url, 'import', '--data-dir', out)).stderr).toContain(`imported ${describeCounts(countRecords(await readData(out)))} from`)
   })
 
   it('names what a replica refuses with the replica\'s own messages, values past their bounds left unread', async () => {

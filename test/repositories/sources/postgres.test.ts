@@ -3,6 +3,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { BUNDLED_FIXTURES_DIR } from '../../../src/config.js'
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
 import { RECORD_KINDS, type DirectoryData } from '../../../src/repositories/records.js'
+import { LIST_KINDS } from '../../../src/registry.js'
 import { MAX_MEMBERS } from '../../../src/repositories/member-list.js'
 import { readAll } from '../../../src/repositories/source.js'
 import { loadFixtures } from '../../../src/repositories/sources/files.js'
@@ -128,7 +129,12 @@ describe('a database at schema version 3, migrated in place', () => {
     await client.connect()
     try {
       expect(await migrate(client, 3)).toEqual([1, 2, 3])
-      const data = makeData({ providers: [makeProvider(1), makeProvider(2, { headquarters: null, datacenters: null, status_page_url: 'https://status.example' }), makeProvider(3)] })
+      // The lists schema 3 had, and no record of a list kind added since.
+      const data = makeData({
+        ...Object.fromEntries(LIST_KINDS.map((kind) => [kind, []])),
+        providers: [makeProvider(1), makeProvider(2, { headquarters: null, datacenters: null, status_page_url: 'https://status.example' }), makeProvider(3)],
+        endpoints: makeData().endpoints
+      })
       // Written as the import of schema version 3 wrote them: a column per field, omitted_fields for a field left out.
       const optional = ['terms_of_service_url', 'status_page_url', 'headquarters', 'datacenters']
       await client.query(`INSERT INTO providers SELECT * FROM json_populate_recordset(NULL::providers, $1)`,
