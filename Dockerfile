@@ -30,4 +30,4 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 CMD ["node
 # V8 optimizes hot functions on the main thread instead of a helper thread: the server has one core
 # (its limit), where a helper thread runs only instead of the main one, and the helpers' memory
 # (their own malloc arenas, kept after the work) was 10-15 MB of resident memory after a load.
-CMD ["node", "--max-semi-space-size=4", "--no-concurrent-recompilation", "dist/server.js"]
+CMD ["node", "--max-semi-space-size=4", "dist/server.js"]
