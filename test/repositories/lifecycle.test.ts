@@ -153,7 +153,7 @@ describe('the lifecycle of the data', () => {
     source.records.keys.push(key('quiet'))
     lifecycle!.reload()
     await until((data) => data.keys.length === 5)
-    expect(await installs(4)).toBe(4)
+    expect(await installs(RECORD_KINDS.length)).toBe(RECORD_KINDS.length)
     source.records.keys = source.records.keys.filter((record) => record.name !== 'quiet')
     source.commit({ kind: 'keys', keys: ['quiet'] })
     await until((data) => data.keys.length === 4)
