@@ -16,6 +16,11 @@ export type ListKind = { [K in RecordKind]: (typeof KINDS)[K]['index'] extends '
 
 export const LIST_KINDS = RECORD_KINDS.filter((kind) => KINDS[kind].index === 'list') as ListKind[]
 
+/** What a route's schema says of its operation, as the OpenAPI document shows it. */
+export function describeOperation ({ operationId, tag, summary, description }: Operation) {
+  return { operationId, tags: [tag.name], summary, description }
+}
+
 /** Every public operation of the API, in the registry's order. */
 export const OPERATIONS: readonly Operation[] = RECORD_KINDS.flatMap((kind) => {
   const { operation } = KINDS[kind] as { operation?: Operation }

@@ -3,7 +3,8 @@ import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from '../src/app.js'
 import { fixedSnapshots } from '../src/repositories/lifecycle.js'
-import { RECORD_KINDS, type DirectoryData } from '../src/repositories/records.js'
+import { type DirectoryData } from '../src/repositories/records.js'
+import { RECORD_KINDS } from '../src/registry.js'
 import { ajvFormats } from '../src/schemas/formats.js'
 
 interface MediaType { schema: unknown, example?: unknown }

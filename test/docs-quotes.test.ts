@@ -11,7 +11,7 @@ import { BUNDLED_FIXTURES_DIR } from '../src/config.js'
 import { countRecords, describeCounts } from '../src/repositories/records.js'
 import { loadFixtures } from '../src/repositories/sources/files.js'
 import { SCHEMA_VERSION } from '../src/repositories/sources/postgres-schema.js'
-import { startPostgres, type PostgresServer } from './postgres.js'
+import { DROP_KEY_CHECKS, startPostgres, type PostgresServer } from './postgres.js'
 import { BUNDLED_MANAGEMENT_KEY, failToStart, freePort, startServer, type RunningServer } from './process.js'
 import { PATIENCE_MS } from './patience.js'
 
@@ -342,10 +342,7 @@ describe('the lines a server on PostgreSQL writes, as the docs quote them', () =
     await client.connect()
     try {
       // The statements the page gives, the keys' checks dropped first.
-      await client.query(`DO $$ DECLARE c record; BEGIN
-        FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = 'keys'::regclass AND contype = 'c' LOOP
-          EXECUTE format('ALTER TABLE keys DROP CONSTRAINT %I', c.conname);
-        END LOOP; END $$`)
+      await client.query(DROP_KEY_CHECKS)
       await client.query("UPDATE members SET role = 'org:owner' WHERE id = 'user_globex0001'")
       await client.query("UPDATE keys SET kind = 'revoked' WHERE name = 'acme-standard'")
     } finally {

@@ -39,7 +39,8 @@ vi.mock('../src/kinds.js', async (importOriginal) => {
 // test/setup.ts loaded the app and the registry before this file: every module is loaded again, with
 // the registry above.
 vi.resetModules()
-const { KINDS, RECORD_KINDS, countRecords, describeCounts } = await import('../src/repositories/records.js')
+const { KINDS, RECORD_KINDS } = await import('../src/registry.js')
+const { countRecords, describeCounts } = await import('../src/repositories/records.js')
 const { createLifecycle } = await import('../src/repositories/lifecycle.js')
 const { createFileSource, loadFixtures } = await import('../src/repositories/sources/files.js')
 const { createPostgresSource } = await import('../src/repositories/sources/postgres.js')

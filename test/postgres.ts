@@ -288,6 +288,12 @@ export const LIST_TABLE_OWN_COLUMNS = LIST_COLUMNS.filter((column) => column !==
  * a generated column of its own, unique. test/repositories/sources/postgres-schema.test.ts holds what it
  * makes of providers and endpoints equal to the tables their migrations made.
  */
+/** Drops every CHECK of the keys table: what an operator who wants to write an invalid key row runs first. */
+export const DROP_KEY_CHECKS = `DO $$ DECLARE c record; BEGIN
+  FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = 'keys'::regclass AND contype = 'c' LOOP
+    EXECUTE format('ALTER TABLE keys DROP CONSTRAINT %I', c.conname);
+  END LOOP; END $$`
+
 export function listTableSql ({ table, unique }: { table: string, unique: readonly string[] }): string {
   for (const field of unique) {
     if (LIST_TABLE_OWN_COLUMNS.includes(field)) throw new Error(`${table}: a unique field named ${field} would clash with the table's own column`)

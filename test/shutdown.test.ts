@@ -103,10 +103,8 @@ describe('graceful shutdown, in process', () => {
     await closed
   })
 
-  // Node.js's close() destroys the connections idle at that instant; the shutdown plugin has it close
-  // them a moment later instead (plugins/shutdown.ts). This fails on the Node.js release that changes
-  // how close() does it.
-  it('keeps a connection idle when close begins open for a moment, and answers a request sent on it then', async () => {
+  /** An app listening, and a connection to it answered once, now idle. */
+  async function idleConnection () {
     const app = build()
     await app.listen({ host: '127.0.0.1', port: 0 })
     const { port } = app.server.address() as AddressInfo
@@ -116,6 +114,14 @@ describe('graceful shutdown, in process', () => {
     const first = once(socket, 'data')
     socket.write('GET /health HTTP/1.1\r\nHost: test\r\n\r\n')
     expect(String((await first)[0])).toMatch(/^HTTP\/1\.1 200 /)
+    return { app, port, socket }
+  }
+
+  // Node.js's close() destroys the connections idle at that instant; the shutdown plugin has it close
+  // them a moment later instead (plugins/shutdown.ts). This fails on the Node.js release that changes
+  // how close() does it.
+  it('keeps a connection idle when close begins open for a moment, and answers a request sent on it then', async () => {
+    const { app, port, socket } = await idleConnection()
 
     const rest = readUntilClosed(socket)
     const closed = app.close()
@@ -131,15 +137,7 @@ describe('graceful shutdown, in process', () => {
   // must not close a connection whose request arrived before it, unread. The loop is held busy here
   // past the deadline, the request already in the socket, as a busy CPU holds it.
   it('answers a request that reached an idle connection before the drain\'s deadline, though the event loop got to it late', async () => {
-    const app = build()
-    await app.listen({ host: '127.0.0.1', port: 0 })
-    const { port } = app.server.address() as AddressInfo
-    const socket = connect(port, '127.0.0.1')
-    socket.on('error', () => {})
-    await once(socket, 'connect')
-    const first = once(socket, 'data')
-    socket.write('GET /health HTTP/1.1\r\nHost: test\r\n\r\n')
-    expect(String((await first)[0])).toMatch(/^HTTP\/1\.1 200 /)
+    const { app, socket } = await idleConnection()
 
     const rest = readUntilClosed(socket)
     const closed = app.close()

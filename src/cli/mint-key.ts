@@ -4,7 +4,7 @@
 import { hash, randomBytes } from 'node:crypto'
 import { access } from 'node:fs/promises'
 import { join } from 'node:path'
-import { loadConfig } from '../config.js'
+import { isGiven, loadConfig } from '../config.js'
 import { recordProblem, validateRecords } from '../repositories/records.js'
 import { FIXTURE_FILES } from '../repositories/sources/files.js'
 import { readJsonFile, writeJsonFile } from '../repositories/json-file.js'
@@ -80,7 +80,7 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
     }
   }
   // The bundled fixtures are tracked by git: keys minted there would end up in a commit.
-  const dir = dataDir ?? (process.env.DATA_DIR || process.env.FIXTURES_DIR ? config.DATA_DIR : undefined)
+  const dir = dataDir ?? (isGiven('DATA_DIR') ? config.DATA_DIR : undefined)
   if (dir === undefined) {
     throw new Error('no data to write into: pass --data-dir <dir>, or set DATA_DIR or DATABASE_URL (the bundled fixtures/ folder is left alone)')
   }

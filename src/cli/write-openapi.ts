@@ -5,7 +5,7 @@ import { dirname } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { buildApp } from '../app.js'
 import { fixedSnapshots } from '../repositories/lifecycle.js'
-import { RECORD_KINDS } from '../repositories/records.js'
+import { RECORD_KINDS } from '../registry.js'
 import { readCommandLine } from './command-line.js'
 
 const OPENAPI_FILE = fileURLToPath(new URL('../../docs/openapi.json', import.meta.url))

@@ -1,4 +1,4 @@
-import { KINDS, RECORD_KINDS, type RecordKind } from './records.js'
+import { KINDS, RECORD_KINDS, type RecordKind } from '../registry.js'
 import { applyChange, compactIndex, createSnapshot, withRecords, type KeyedKind, type Index, type RecordCounts, type Snapshot } from './snapshot.js'
 import { backoff, readWhole, type Batch, type Change, type FollowMode, type RecordRefusal, type Source } from './source.js'
 import { quoteValue } from '../schemas/describe-error.js'

@@ -9,8 +9,6 @@ import { isApiKey } from './key-table.js'
 
 export { DataError }
 
-export { KINDS, RECORD_KINDS, type RecordKind }
-
 /** One record of a kind as a file or a table holds it: organizations with arrays of members. */
 type RecordOf<K extends RecordKind> = Static<(typeof KINDS)[K]['schema']>
 

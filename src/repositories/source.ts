@@ -1,4 +1,5 @@
-import { DataError, RECORD_KINDS, type DirectoryData, type Loaded, type RecordKind } from './records.js'
+import { DataError, type DirectoryData, type Loaded } from './records.js'
+import { RECORD_KINDS, type RecordKind } from '../registry.js'
 import { KeyTable } from './key-table.js'
 
 /** Every record of a kind: keys may come as a KeyTable, built as they were read. */

@@ -14,7 +14,7 @@ import { MAX_FILE_BYTES } from '../../src/repositories/json-file.js'
 import { JsonChecker } from '../../src/repositories/json-syntax.js'
 import { MAX_MEMBERS } from '../../src/repositories/member-list.js'
 import { createPostgresSource } from '../../src/repositories/sources/postgres.js'
-import { startPostgres, type PostgresServer } from '../postgres.js'
+import { DROP_KEY_CHECKS, startPostgres, type PostgresServer } from '../postgres.js'
 
 /** Every migration of this build, in order. */
 const VERSIONS = Array.from({ length: SCHEMA_VERSION }, (_, i) => i + 1)
@@ -266,10 +266,7 @@ describe('npm run db -- export beside rows the schema refuses', () => {
     await writeData(dir, data)
     await db(url, 'import', '--data-dir', dir)
     // PostgreSQL takes all of these once the keys' CHECKs, if the schema has any, are dropped.
-    await query(`DO $$ DECLARE c record; BEGIN
-      FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = 'keys'::regclass AND contype = 'c' LOOP
-        EXECUTE format('ALTER TABLE keys DROP CONSTRAINT %I', c.conname);
-      END LOOP; END $$`)
+    await query(DROP_KEY_CHECKS)
     await query("UPDATE keys SET kind = 'revoked' WHERE name = 'alpha-standard'")
     await query("UPDATE members SET role = 'org:owner' WHERE organization_id = 'org_beta' AND id = 'user_beta_1'")
     await query('UPDATE providers SET document = (document::jsonb || \'{"headquarters": "ZZ"}\')::json WHERE slug = \'provider-2\'')
@@ -298,10 +295,7 @@ describe('npm run db -- export beside rows the schema refuses', () => {
     const data = makeData({ organizations: [...makeData().organizations, { id: 'org_large', name: 'Large', members: makeMembers('large', 0) }] })
     await writeData(dir, data)
     await db(url, 'import', '--data-dir', dir)
-    await query(`DO $$ DECLARE c record; BEGIN
-      FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = 'keys'::regclass AND contype = 'c' LOOP
-        EXECUTE format('ALTER TABLE keys DROP CONSTRAINT %I', c.conname);
-      END LOOP; END $$`)
+    await query(DROP_KEY_CHECKS)
     // A document past the largest a list's row is read with, values past their fields' bounds, an
     // organization of more members than one may have, and a hash in capitals.
     await query("UPDATE providers SET document = json_build_object('name', repeat('x', 9000000), 'slug', 'provider-2') WHERE slug = 'provider-2'")

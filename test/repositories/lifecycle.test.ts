@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { createLifecycle, type Lifecycle } from '../../src/repositories/lifecycle.js'
-import { DataError, KINDS, RECORD_KINDS, type RecordKind } from '../../src/repositories/records.js'
+import { DataError } from '../../src/repositories/records.js'
+import { KINDS, RECORD_KINDS, type RecordKind } from '../../src/registry.js'
 import type { Batch, Change, Refusal, Source, SourceEvents } from '../../src/repositories/source.js'
 import type { ApiKey } from '../../src/schemas/fixtures.js'
 import { makeData, watchLifecycle } from '../helper.js'

@@ -1,5 +1,6 @@
 import { join } from 'node:path'
-import { DataError, KINDS, duplicateProblem, membersProblem, recordProblem, validateRecords, type RecordKind, type Records } from '../records.js'
+import { DataError, duplicateProblem, membersProblem, recordProblem, validateRecords, type Records } from '../records.js'
+import { KINDS, type RecordKind } from '../../registry.js'
 import { NotAnArray, readJsonArray } from '../json-array-file.js'
 import { UniqueValues } from '../unique-values.js'
 import type { Member } from '../../schemas/member.js'

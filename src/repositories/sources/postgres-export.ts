@@ -1,5 +1,6 @@
 import type pg from 'pg'
-import { KINDS, RECORD_KINDS, memberProblem, recordProblem, type RecordKind } from '../records.js'
+import { memberProblem, recordProblem } from '../records.js'
+import { KINDS, RECORD_KINDS, type RecordKind } from '../../registry.js'
 import { quoteValue } from '../../schemas/describe-error.js'
 import { timestampMs, timestampText } from '../../schemas/formats.js'
 import type { ApiKey } from '../../schemas/fixtures.js'

@@ -1,5 +1,6 @@
 import type pg from 'pg'
-import { KINDS, RECORD_KINDS, type DirectoryData, type Loaded, type RecordKind, type Records } from '../records.js'
+import { type DirectoryData, type Loaded, type Records } from '../records.js'
+import { KINDS, RECORD_KINDS, type RecordKind } from '../../registry.js'
 import type { ApiKey } from '../../schemas/fixtures.js'
 import { checkSchema } from './postgres-schema.js'
 import { LIST_KINDS } from '../../registry.js'

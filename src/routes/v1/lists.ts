@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { TSchema } from '@sinclair/typebox'
-import { KINDS, LIST_KINDS, type ListOperation } from '../../registry.js'
+import { KINDS, LIST_KINDS, describeOperation, type ListOperation } from '../../registry.js'
 import { ListOf, NotModifiedResponse } from '../../schemas/common.js'
 import type { Senders } from './send.js'
 
@@ -11,15 +11,12 @@ import type { Senders } from './send.js'
 const listRoutes: FastifyPluginAsyncTypebox<{ send: Senders }> = async (app, { send }) => {
   for (const kind of LIST_KINDS) {
     const entry = KINDS[kind] as { schema: TSchema, served?: { schema: TSchema }, operation: ListOperation }
-    const { path, operationId, tag, summary, description, listDescription } = entry.operation
-    app.get(path, {
+    const { operation } = entry
+    app.get(operation.path, {
       schema: {
-        operationId,
-        tags: [tag.name],
-        summary,
-        description,
+        ...describeOperation(operation),
         response: {
-          200: ListOf(entry.served?.schema ?? entry.schema, listDescription),
+          200: ListOf(entry.served?.schema ?? entry.schema, operation.listDescription),
           304: NotModifiedResponse
         }
       }

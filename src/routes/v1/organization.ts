@@ -5,7 +5,7 @@ import { MemberPageQuerySchema, MemberPageSchema } from '../../schemas/member.js
 import { BadRequestResponse, ErrorResponse, NotModifiedResponse } from '../../schemas/common.js'
 import { apiKeyOf, requireManagementKey } from '../../plugins/auth.js'
 import type { Senders } from './send.js'
-import { KINDS } from '../../registry.js'
+import { KINDS, describeOperation } from '../../registry.js'
 import { ECHO_MAX } from '../../truncate.js'
 import { redactAndTruncate } from '../../secrets.js'
 
@@ -38,13 +38,10 @@ function rejectLooseIntegers (request: FastifyRequest, _reply: FastifyReply, don
 }
 
 const organizationRoutes: FastifyPluginAsyncTypebox<{ send: Senders }> = async (app, { send }) => {
-  const { path, operationId, tag, summary, description } = KINDS.organizations.operation
-  app.get(path, {
+  const { operation } = KINDS.organizations
+  app.get(operation.path, {
     schema: {
-      operationId,
-      tags: [tag.name],
-      summary,
-      description,
+      ...describeOperation(operation),
       querystring: MemberPageQuerySchema,
       response: {
         200: MemberPageSchema,
