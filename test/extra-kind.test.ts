@@ -44,7 +44,7 @@ const { countRecords, describeCounts } = await import('../src/repositories/recor
 const { createLifecycle } = await import('../src/repositories/lifecycle.js')
 const { createFileSource, loadFixtures } = await import('../src/repositories/sources/files.js')
 const { createPostgresSource } = await import('../src/repositories/sources/postgres.js')
-const { migrate } = await import('../src/repositories/sources/postgres-schema.js')
+const { SCHEMA_VERSION, migrate } = await import('../src/repositories/sources/postgres-schema.js')
 const { replaceDirectory } = await import('../src/repositories/sources/postgres-write.js')
 const { exportDirectory } = await import('../src/repositories/sources/postgres-export.js')
 const { readRecordBatches } = await import('../src/repositories/sources/file-stream.js')
@@ -143,7 +143,7 @@ describe('an extra kind in PostgreSQL', () => {
     await admin.connect()
     try {
       // The migrations are frozen: none of them makes the table of a kind registered since, and migrate says so.
-      const missing = 'the database has no table models, which this build reads, and its schema is at version 7 already: ' +
+      const missing = `the database has no table models, which this build reads, and its schema is at version ${SCHEMA_VERSION} already: ` +
         'no migration of this build makes it; add one (CONTRIBUTING.md, "A new kind of record"), then run npm run db -- migrate'
       await expect(migrate(admin)).rejects.toThrow(missing)
       const refused = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))

@@ -32,6 +32,14 @@ async function shapeOf (client: pg.Client, table: string) {
   return { columns, constraints, triggers }
 }
 
+/** The columns a replica of 1.0.0 reads, which schema 8 fills from the documents by a trigger (`<table>_columns`). */
+const KEPT_FOR_RELEASE_100 = {
+  providers: ['name', 'privacy_policy_url', 'terms_of_service_url', 'status_page_url', 'headquarters', 'datacenters', 'omitted_fields'],
+  endpoints: ['model_id', 'model_name', 'name', 'provider_name', 'tag', 'context_length', 'max_prompt_tokens', 'max_completion_tokens',
+    'pricing', 'quantization', 'status', 'supported_parameters', 'supports_implicit_caching', 'supports_tool_choice',
+    'latency_last_30m', 'throughput_last_30m', 'uptime_last_5m', 'uptime_last_30m', 'uptime_last_1d']
+}
+
 describe('the table of a list kind', () => {
   it('is, for each shipped kind, the table listTableSql makes of its registry entry: columns, types, generation, keys, trigger', async () => {
     await admin.query('CREATE SCHEMA generated')
@@ -42,7 +50,14 @@ describe('the table of a list kind', () => {
       const { table } = KINDS[kind]
       const shipped = await shapeOf(admin, `public.${table}`)
       expect(shipped.columns.map(({ name }) => name)).toEqual(expect.arrayContaining(['id', 'position', 'document', 'document_bytes']))
-      expect(await shapeOf(admin, `generated.${table}`), table).toEqual(shipped)
+      // Less what schema 8 keeps for the replicas of 1.0.0 until the release after (postgres-upgrade.test.ts).
+      const kept = KEPT_FOR_RELEASE_100[table as keyof typeof KEPT_FOR_RELEASE_100] ?? []
+      expect(shipped.columns.filter(({ name }) => kept.includes(name)).map(({ name }) => name), table).toEqual(kept)
+      expect(await shapeOf(admin, `generated.${table}`), table).toEqual({
+        ...shipped,
+        columns: shipped.columns.filter(({ name }) => !kept.includes(name)),
+        triggers: shipped.triggers.filter(({ name }) => name !== `${table}_columns`)
+      })
     }
   })
 
