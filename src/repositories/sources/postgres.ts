@@ -98,8 +98,16 @@ class SocketClient extends pg.Client {
     const socket = new net.Socket()
     super({ ...config, stream: () => socket })
     this.socket = socket
-    // Armed by reads only (setTimeout): an idle connection is silent by right.
-    socket.on('timeout', () => socket.destroy(new Error(`no answer from PostgreSQL within ${READ_STALL_MS} ms`)))
+    // Armed by reads only (setTimeout): an idle connection is silent by right. The timer also fires as
+    // the process resumes from a pause of its own (its CPU share spent, a stop), before the loop's poll
+    // phase has read what PostgreSQL sent meanwhile: the connection is dropped only if that turn of the
+    // loop reads nothing either.
+    socket.on('timeout', () => {
+      const read = socket.bytesRead
+      setImmediate(() => {
+        if (socket.bytesRead === read) socket.destroy(new Error(`no answer from PostgreSQL within ${READ_STALL_MS} ms`))
+      })
+    })
     // A connection ended by the server as it opens (pg_terminate_backend, a restart) can say so in the
     // packet that completes it: pg emits 'error' before whoever connected it has listened, and an
     // 'error' nobody hears ends the process (seen once in the suite at load 4). Whoever holds the
