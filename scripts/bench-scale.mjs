@@ -146,7 +146,7 @@ async function stopServer (server) {
 /** Waits for the first 200 with this key; answers the milliseconds since the server was spawned. */
 async function firstAnswer (server, key) {
   for (;;) {
-    if (server.child.exitCode !== null) throw new Error(`a server exited: ${readFileSync(server.err, 'utf8').slice(-1000)}${readFileSync(server.log, 'utf8').slice(-2000)}`)
+    if (server.child.exitCode !== null || server.child.signalCode !== null) throw new Error(`a server exited: ${readFileSync(server.err, 'utf8').slice(-1000)}${readFileSync(server.log, 'utf8').slice(-2000)}`)
     if (await status(`${server.url}/v1/providers`, key) === 200) return performance.now() - server.started
     await sleep(10)
   }
