@@ -137,10 +137,10 @@ const endpointFields = {
     function: Type.Boolean(),
     none: Type.Boolean(),
     required: Type.Boolean()
-  }, { additionalProperties: false, description: 'Which values of the tool_choice request parameter the endpoint supports' }),
+  }, { additionalProperties: false, description: 'Which values of the tool_choice request parameter the endpoint supports: auto, function, none and required, each a boolean' }),
   supports_voice_cloning: Type.Optional(Type.Boolean({ description: 'Whether this text-to-speech endpoint takes reference audio to clone a voice (absent: no)' })),
-  latency_last_30m: Nullable(PercentilesSchema('milliseconds'), { description: 'Latency percentiles over the last 30 minutes, in milliseconds, or null when not measured' }),
-  throughput_last_30m: Nullable(PercentilesSchema('tokens per second'), { description: 'Throughput percentiles over the last 30 minutes, in tokens per second, or null when not measured' }),
+  latency_last_30m: Nullable(PercentilesSchema('milliseconds'), { description: 'Latency percentiles (p50, p75, p90, p99) over the last 30 minutes, in milliseconds, or null when not measured' }),
+  throughput_last_30m: Nullable(PercentilesSchema('tokens per second'), { description: 'Throughput percentiles (p50, p75, p90, p99) over the last 30 minutes, in tokens per second, or null when not measured' }),
   perf_last_30m_by_workload: Type.Optional(Type.Object(
     Object.fromEntries(WORKLOADS.map((workload) => [workload, Type.Optional(WorkloadPerformanceSchema)])) as Record<typeof WORKLOADS[number], TOptional<typeof WorkloadPerformanceSchema>>,
     { additionalProperties: false, description: 'Performance over the last 30 minutes by the kind of request served, beside the figures for all of them' }
@@ -171,7 +171,10 @@ export const EndpointSchema = Type.Object({
 export const EndpointRecordSchema = Type.Object({
   ...endpointFields,
   native_tools: Type.Optional(NativeToolsSchema)
-}, { additionalProperties: false })
+}, {
+  additionalProperties: false,
+  description: 'A model endpoint available under zero data retention (ZDR), as served; native_tools may be left out, and is then served empty'
+})
 
 export type Endpoint = Static<typeof EndpointRecordSchema>
 
