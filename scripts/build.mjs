@@ -1,6 +1,6 @@
 // `npm run build`: tsc, then the server's bundle (bundle.mjs). With --if-stale, only when something
 // the build reads changed since the last build that succeeded: npm start, the commands (npm run key,
-// check, db, openapi) and the tests' set-up then start at once when nothing changed, and still never
+// check, db, docs) and the tests' set-up then start at once when nothing changed, and still never
 // run code older than the sources. Comparing modification times answers sooner than tsc's incremental
 // build, which reads every file again, and leaves the bundle to decide apart.
 import { execFileSync } from 'node:child_process'
@@ -12,7 +12,7 @@ import { parseArgs } from 'node:util'
 const HELP = `Compiles src/ to dist/ (tsc), then bundles the server into dist/main.js (scripts/bundle.mjs).
 
 usage: npm run build
-       node scripts/build.mjs --if-stale   (what npm start, npm run key, check, db, openapi and bench run first)
+       node scripts/build.mjs --if-stale   (what npm start, npm run key, check, db, docs and bench run first)
 
   --if-stale  builds only when a source, a setting of the build or a dependency changed since the last build
   -h, --help  prints this help

@@ -8,7 +8,7 @@ import { PATIENCE_MS } from './patience.js'
 
 const run = promisify(execFile)
 
-describe('node scripts/build.mjs --if-stale (what npm start, npm run key, check, db and openapi run first)', () => {
+describe('node scripts/build.mjs --if-stale (what npm start, npm run key, check, db and docs run first)', () => {
   // A copy of what the build reads, built apart: the repository's own dist/ serves the other tests.
   let dir: string
   beforeEach(async () => {

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto'
-import { open, stat } from 'node:fs/promises'
+import { cp, mkdir, open, readdir, stat } from 'node:fs/promises'
+import { join } from 'node:path'
 import { Writable } from 'node:stream'
 import { TestRunner, onTestFinished, vi } from 'vitest'
 import type { FastifyInstance } from 'fastify'
@@ -340,4 +341,14 @@ export function watchLifecycle (lifecycle: Lifecycle, timeoutMs = PATIENCE_MS) {
     /** Resolves once the source knows how it follows changes. */
     followed
   }
+}
+
+/**
+ * Copies into `dir` what npm run docs reads besides the build (src/docs/generate.ts): the documents,
+ * the Kubernetes base's kustomization.yaml and the bundled fixtures.
+ */
+export async function copyWhatDocsRead (dir: string) {
+  await mkdir(join(dir, 'deploy/kubernetes'), { recursive: true })
+  const files = ['README.md', 'CONTRIBUTING.md', 'deploy/kubernetes/kustomization.yaml', ...(await readdir('docs')).filter((file) => file.endsWith('.md')).map((file) => `docs/${file}`)]
+  await Promise.all([...files.map((file) => cp(file, join(dir, file))), cp('fixtures', join(dir, 'fixtures'), { recursive: true })])
 }

@@ -38,9 +38,9 @@ describe('the OpenAPI document', () => {
     expect(parseYaml(res.body)).toEqual(document)
   })
 
-  it('is the committed docs/openapi.json, byte for byte (run `npm run openapi` after changing a schema)', async () => {
+  it('is the committed docs/openapi.json, byte for byte (run `npm run docs` after changing a schema)', async () => {
     const committed = await readFile('docs/openapi.json', 'utf8')
-    expect(committed, 'docs/openapi.json differs from the served document: run `npm run openapi` and commit the result').toBe(servedText)
+    expect(committed, 'docs/openapi.json differs from the served document: run `npm run docs` and commit the result').toBe(servedText)
   })
 
   it('lints clean with Redocly CLI (recommended rules, warnings counted as errors), offline', async () => {

@@ -1,6 +1,6 @@
 import { execFile, execFileSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
-import { readFile } from 'node:fs/promises'
+import { stat } from 'node:fs/promises'
 import { promisify } from 'node:util'
 import { describe, expect, it } from 'vitest'
 import { countRecords, describeCounts } from '../../src/repositories/records.js'
@@ -17,7 +17,7 @@ const COMMANDS = [
   { name: 'key', file: 'mint-key.js', usage: 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--expires-in <duration> | --expires-at <time>] [--data-dir <dir>]' },
   { name: 'check', file: 'check.js', usage: 'usage: npm run check -- [--data-dir <dir>]' },
   { name: 'db', file: 'db.js', usage: 'usage: npm run db -- migrate' },
-  { name: 'openapi', file: 'write-openapi.js', usage: 'usage: npm run openapi' }
+  { name: 'docs', file: 'write-docs.js', usage: 'usage: npm run docs' }
 ]
 
 describe('--help', () => {
@@ -39,11 +39,12 @@ describe('--help', () => {
     expect(stdout).not.toContain('usage: npm run db -- migrate\n       npm run db -- import')
   })
 
-  it('npm run openapi -- --help leaves docs/openapi.json alone', async () => {
-    const before = await readFile('docs/openapi.json')
-    const { code, stderr } = await command('write-openapi.js', '--help')
+  it('npm run docs -- --help leaves the files it writes alone', async () => {
+    const files = ['docs/openapi.json', 'README.md']
+    const before = await Promise.all(files.map((file) => stat(file)))
+    const { code, stderr } = await command('write-docs.js', '--help')
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' })
-    expect(await readFile('docs/openapi.json')).toEqual(before)
+    expect((await Promise.all(files.map((file) => stat(file)))).map(({ mtimeMs }) => mtimeMs)).toEqual(before.map(({ mtimeMs }) => mtimeMs))
   })
 
   it('wins over the other options, which are not checked', async () => {
@@ -62,7 +63,7 @@ describe('a command line a command does not understand', () => {
   it.each([
     ['check.js', ['--data-dir'], "option '--data-dir <value>' argument missing; see npm run check -- --help\n"],
     ['check.js', ['fixtures'], "unexpected argument 'fixtures'; see npm run check -- --help\n"],
-    ['write-openapi.js', ['now'], "unexpected argument 'now'; see npm run openapi -- --help\n"],
+    ['write-docs.js', ['now'], "unexpected argument 'now'; see npm run docs -- --help\n"],
     ['db.js', ['dump'], 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --data-dir <dir> | export --data-dir <dir>; see npm run db -- --help\n'],
     ['mint-key.js', ['-x'], "unknown option '-x'; see npm run key -- --help\n"]
   ])('%s %j: one line saying what is wrong, exit 2', async (file, args, line) => {
