@@ -12,7 +12,7 @@ import { KINDS, LIST_KINDS, OPERATIONS, RECORD_KINDS, type RecordKind } from '..
 import { fixedSnapshots } from '../repositories/lifecycle.js'
 import { countRecords, describeCounts } from '../repositories/records.js'
 import { loadFixtures } from '../repositories/sources/files.js'
-import { LIST_COLUMNS, SCHEMA_VERSION } from '../repositories/sources/postgres-schema.js'
+import { LIST_COLUMNS, SCHEMA_VERSION, schemaLacks, schemaTooOld } from '../repositories/sources/postgres-schema.js'
 import { fillRegions, syntaxOf, type Syntax } from './regions.js'
 import { formatTables, lowerFirst, recordDescription } from './schema-tables.js'
 
@@ -180,12 +180,9 @@ const REGIONS: Record<string, Partial<Record<Syntax, (facts: Facts) => string>>>
   overlay: { markdown: overlay },
   'list tables': { markdown: listTables },
   'export summary': { markdown: exportSummary },
-  'schema too old': { markdown: () => fence('', [`cannot start: the database schema is at version none, this build needs ${SCHEMA_VERSION}: run npm run db -- migrate`]) },
+  'schema too old': { markdown: () => fence('', [`cannot start: ${schemaTooOld(null)}`]) },
   // What checkSchema says when a kind's migration was left out (a kind models, in the example).
-  'missing table': {
-    markdown: () => fence('', [`cannot start: the database has no table models, which this build reads, and its schema is at version ${SCHEMA_VERSION} already: ` +
-      'no migration of this build makes it; add one (CONTRIBUTING.md, "A new kind of record"), then run npm run db -- migrate'])
-  }
+  'missing table': { markdown: () => fence('', [`cannot start: ${schemaLacks(['table models'], SCHEMA_VERSION)}`]) }
 }
 
 /** The files that hold regions: the documents that must be true today (the changelog is history), and the base's kustomization. */

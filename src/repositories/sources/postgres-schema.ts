@@ -667,7 +667,7 @@ export async function checkSchema (client: pg.ClientBase) {
     ? (await client.query<{ version: number | null }>('SELECT max(version) AS version FROM schema_migrations')).rows[0]?.version ?? null
     : null
   if (version === null || version < SCHEMA_VERSION) {
-    throw new Error(`the database schema is at version ${version ?? 'none'}, this build needs ${SCHEMA_VERSION}: run npm run db -- migrate`)
+    throw new Error(schemaTooOld(version))
   }
   const missing = [...tables].flatMap(([table, columns]) => {
     const present = found.get(table)
@@ -675,9 +675,19 @@ export async function checkSchema (client: pg.ClientBase) {
     return columns.filter((column) => !present.includes(column)).map((column) => `column ${column} in table ${table}`)
   })
   if (missing.length > 0) {
-    throw new Error(`the database has no ${missing.join(', no ')}, which this build reads, and its schema is at version ${version} already: ` +
-      `no migration of this build makes ${missing.length === 1 ? 'it' : 'them'}; add one (CONTRIBUTING.md, "A new kind of record"), then run npm run db -- migrate`)
+    throw new Error(schemaLacks(missing, version))
   }
+}
+
+/** What checkSchema says of a database whose schema is older than this build's (null: none at all); docs/ quote it. */
+export function schemaTooOld (version: number | null) {
+  return `the database schema is at version ${version ?? 'none'}, this build needs ${SCHEMA_VERSION}: run npm run db -- migrate`
+}
+
+/** What checkSchema says of a database at this build's schema that lacks tables or columns it reads (`table models`); docs/ quote it. */
+export function schemaLacks (missing: readonly string[], version: number) {
+  return `the database has no ${missing.join(', no ')}, which this build reads, and its schema is at version ${version} already: ` +
+    `no migration of this build makes ${missing.length === 1 ? 'it' : 'them'}; add one (CONTRIBUTING.md, "A new kind of record"), then run npm run db -- migrate`
 }
 
 /** A hot standby takes no write: say so in one line, rather than PostgreSQL's error at the first statement. */
