@@ -158,17 +158,33 @@ async function withClient<T> (url: string, use: (client: pg.Client) => Promise<T
   }
 }
 
+/**
+ * A cluster that `create` makes in a new folder, started on a free port. The port is free when chosen,
+ * but another process (a second test run on the machine) may bind it before PostgreSQL does: then the
+ * cluster is made again on another.
+ */
+async function openOnFreePort (bin: string, prefix: string, create: (data: string) => Promise<unknown>) {
+  for (let attempt = 1; ; attempt++) {
+    const dir = await serverFolder(prefix)
+    const port = await freePort()
+    const cluster = control(bin, dir, port)
+    try {
+      await cluster.open(() => create(cluster.data))
+      return { dir, port, cluster }
+    } catch (error) {
+      if (attempt === 3 || !(error as Error).message.includes('Address already in use')) throw error
+    }
+  }
+}
+
 export async function startPostgres (): Promise<PostgresServer> {
   const bin = findBinaries()
-  const dir = await serverFolder('pg-')
-  const port = await freePort()
-  const cluster = control(bin, dir, port)
-  const url = (database: string) => `postgresql://postgres@127.0.0.1:${port}/${database}`
-  let databases = 0
-
   // --auth=trust trusts replication connections from 127.0.0.1 too (pg_hba's `host replication all
   // 127.0.0.1/32 trust`), and the defaults let a standby stream: wal_level=replica, max_wal_senders=10.
-  await cluster.open(() => exec(bin, 'initdb', ['-D', cluster.data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--locale=C', '--no-sync']))
+  const { dir, port, cluster } = await openOnFreePort(bin, 'pg-', (data) =>
+    exec(bin, 'initdb', ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--locale=C', '--no-sync']))
+  const url = (database: string) => `postgresql://postgres@127.0.0.1:${port}/${database}`
+  let databases = 0
 
   return {
     port,
@@ -187,15 +203,12 @@ export async function startPostgres (): Promise<PostgresServer> {
 
 /** A hot standby of the server on `primaryPort`, from a base backup of it, on a port of its own. */
 async function startStandby (bin: string, primaryPort: number): Promise<Standby> {
-  const dir = await serverFolder('pg-standby-')
-  const port = await freePort()
-  const cluster = control(bin, dir, port)
-  const url = (database: string) => `postgresql://postgres@127.0.0.1:${port}/${database}`
-  const primary = `postgresql://postgres@127.0.0.1:${primaryPort}/postgres`
-
   // -R writes standby.signal and primary_conninfo (the address given here), -X stream copies the WAL
   // written during the backup alongside it, -c fast checkpoints at once rather than at the next one.
-  await cluster.open(() => exec(bin, 'pg_basebackup', ['-D', cluster.data, '-h', '127.0.0.1', '-p', String(primaryPort), '-U', 'postgres', '-R', '-X', 'stream', '-c', 'fast', '--no-sync']))
+  const { port, cluster } = await openOnFreePort(bin, 'pg-standby-', (data) =>
+    exec(bin, 'pg_basebackup', ['-D', data, '-h', '127.0.0.1', '-p', String(primaryPort), '-U', 'postgres', '-R', '-X', 'stream', '-c', 'fast', '--no-sync']))
+  const url = (database: string) => `postgresql://postgres@127.0.0.1:${port}/${database}`
+  const primary = `postgresql://postgres@127.0.0.1:${primaryPort}/postgres`
 
   return {
     port,

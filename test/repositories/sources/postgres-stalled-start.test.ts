@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process'
+import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type pg from 'pg'
@@ -20,7 +20,17 @@ beforeAll(async () => { server = await startPostgres() })
 afterAll(() => server?.close())
 
 let admin: pg.Client | undefined
-afterEach(async () => { await admin?.end() })
+let replica: ChildProcess | undefined
+// Also after a test that timed out, whose own code never goes on: a stopped process outlives its parent.
+afterEach(async () => {
+  if (replica !== undefined && replica.exitCode === null && replica.signalCode === null) {
+    const exited = once(replica, 'exit')
+    replica.kill('SIGCONT')
+    replica.kill('SIGKILL')
+    await exited
+  }
+  await admin?.end()
+})
 
 /** The replica's COPY of the keys, as PostgreSQL runs it: its state and what it waits on. */
 async function copyOfKeys (client: pg.Client) {
@@ -35,19 +45,20 @@ it(`starts after getting no CPU for ${STOPPED_MS / 1000} s while PostgreSQL send
   // More keys than the sockets' buffers hold: PostgreSQL has to wait for the replica to read.
   await admin.query(`INSERT INTO keys (name, sha256, kind, organization_id)
     SELECT 'bulk-' || i, encode(sha256(i::text::bytea), 'hex'), 'standard', 'org_alpha' FROM generate_series(1, 300000) AS i`)
-  const replica = spawn(process.execPath, ['dist/server.js'], { env: { PATH: process.env.PATH ?? '', PORT: '0', DATABASE_URL: url }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(process.execPath, ['dist/server.js'], { env: { PATH: process.env.PATH ?? '', PORT: '0', DATABASE_URL: url }, stdio: ['ignore', 'pipe', 'pipe'] })
+  replica = child
   let output = ''
-  replica.stdout.on('data', (chunk) => { output += chunk })
-  replica.stderr.on('data', (chunk) => { output += chunk })
-  const exited = once(replica, 'exit')
+  child.stdout.on('data', (chunk) => { output += chunk })
+  child.stderr.on('data', (chunk) => { output += chunk })
+  const exited = once(child, 'exit')
   try {
     await expect.poll(() => copyOfKeys(admin!), { interval: 2, timeout: PATIENCE_MS }).toMatchObject({ state: 'active' })
-    replica.kill('SIGSTOP')
+    child.kill('SIGSTOP')
     // PostgreSQL is blocked writing to the stopped replica: what a CPU share too small does for longer.
     await expect.poll(() => copyOfKeys(admin!), { timeout: PATIENCE_MS }).toEqual({ state: 'active', wait_event: 'ClientWrite' })
     await sleep(STOPPED_MS)
     expect(await copyOfKeys(admin)).toEqual({ state: 'active', wait_event: 'ClientWrite' })
-    replica.kill('SIGCONT')
+    child.kill('SIGCONT')
 
     // Before: "cannot start: canceling statement due to statement timeout" (a 60 s statement_timeout, on
     // 1517af5), then "cannot start: no answer from PostgreSQL within 30000 ms" (the socket's timer fired as
@@ -58,8 +69,7 @@ it(`starts after getting no CPU for ${STOPPED_MS / 1000} s while PostgreSQL send
     expect(res.status, output).toBe(200)
     expect(output).not.toContain('timeout')
   } finally {
-    replica.kill('SIGCONT')
-    replica.kill('SIGTERM')
+    child.kill('SIGTERM')
     await exited
   }
 })
