@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createLifecycle } from '../../src/repositories/lifecycle.js'
-import { MAX_MEMBERS, MemberList } from '../../src/repositories/member-list.js'
+import { MAX_MEMBERS, MemberList, MemberListBuilder } from '../../src/repositories/member-list.js'
 import { createPostgresSource } from '../../src/repositories/sources/postgres.js'
 import type { Member } from '../../src/schemas/member.js'
 import { KEYS, bearer, build, makeData, watchLifecycle } from '../helper.js'
@@ -19,10 +19,24 @@ describe('a member list written a chunk at a time', () => {
     expect(list.digest).toBe(createHash('sha1').update(text).digest('base64url'))
     expect(list.length).toBe(2500)
     expect(list.slice()).toEqual(all)
-    // Across the first chunk's end (1024 members) and the second's.
-    expect(JSON.parse(list.page(1020, 10).json.toString())).toEqual({ data: all.slice(1020, 1030), total_count: 2500 })
+    // Every page, those across the end of a chunk (128 KiB, some 1,100 of these members) among them.
+    for (let offset = 0; offset < 2500; offset += 7) {
+      expect(JSON.parse(list.page(offset, 7).json.toString())).toEqual({ data: all.slice(offset, offset + 7), total_count: 2500 })
+    }
     expect(list.slice(2040, 2060)).toEqual(all.slice(2040, 2060))
     expect(MemberList.of([]).page(0, 10).json.toString()).toBe('{"data":[],"total_count":0}')
+  })
+
+  it('keeps each list as it was made while the builders after it write theirs, one left unfinished among them', () => {
+    const first = MemberList.of(members(10, 'first'))
+    const left = new MemberListBuilder('an organization refused halfway')
+    for (const member of members(5, 'left')) left.add(member)
+    const large = MemberList.of(members(3000, 'large'))
+    const last = MemberList.of(members(10, 'last'))
+    expect(first.slice()).toEqual(members(10, 'first'))
+    expect(large.slice()).toEqual(members(3000, 'large'))
+    expect(last.slice()).toEqual(members(10, 'last'))
+    expect(left.finish().slice()).toEqual(members(5, 'left'))
   })
 
   it(`refuses an organization of more than ${MAX_MEMBERS} members, naming it`, () => {
