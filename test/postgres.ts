@@ -294,6 +294,12 @@ export async function databaseWith (server: PostgresServer, data: DirectoryData)
 /** The columns of a list kind's table that are its own whatever its kind: no unique field may be named like them (`id` may: it is then the row's identity). */
 export const LIST_TABLE_OWN_COLUMNS = LIST_COLUMNS.filter((column) => column !== 'id')
 
+/** Drops every CHECK of the keys table: what an operator who wants to write an invalid key row runs first. */
+export const DROP_KEY_CHECKS = `DO $$ DECLARE c record; BEGIN
+  FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = 'keys'::regclass AND contype = 'c' LOOP
+    EXECUTE format('ALTER TABLE keys DROP CONSTRAINT %I', c.conname);
+  END LOOP; END $$`
+
 /**
  * The SQL of the migration that makes a new list kind's table, from its registry entry, in the shape
  * postgres-schema.ts describes (LIST_COLUMNS): paste it into the kind's migration, where it stays as it
@@ -301,12 +307,6 @@ export const LIST_TABLE_OWN_COLUMNS = LIST_COLUMNS.filter((column) => column !==
  * a generated column of its own, unique. test/repositories/sources/postgres-schema.test.ts holds what it
  * makes of providers and endpoints equal to the tables their migrations made.
  */
-/** Drops every CHECK of the keys table: what an operator who wants to write an invalid key row runs first. */
-export const DROP_KEY_CHECKS = `DO $$ DECLARE c record; BEGIN
-  FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = 'keys'::regclass AND contype = 'c' LOOP
-    EXECUTE format('ALTER TABLE keys DROP CONSTRAINT %I', c.conname);
-  END LOOP; END $$`
-
 export function listTableSql ({ table, unique }: { table: string, unique: readonly string[] }): string {
   for (const field of unique) {
     if (LIST_TABLE_OWN_COLUMNS.includes(field)) throw new Error(`${table}: a unique field named ${field} would clash with the table's own column`)
