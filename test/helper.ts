@@ -178,9 +178,10 @@ export function snapshotsOf (data: DirectoryData, source = 'test') {
   let snapshot: Snapshot | undefined
   const reloads = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['changes']
   // Files are watched and have no position; any other source is a PostgreSQL notified, caught up.
-  const following: Pick<SnapshotInfo, 'readFailures' | 'mode' | 'position' | 'lag'> = source === 'files'
-    ? { readFailures: 0, mode: 'watch', position: undefined, lag: { entries: 0, seconds: 0 } }
-    : { readFailures: 0, mode: 'notify', position: 1000, lag: { entries: 0, seconds: 0 } }
+  const measures = { replayLagSeconds: source === 'files' ? undefined : 0, clockOffsetSeconds: 0, oldestOpenSeconds: 0, relists: 0 }
+  const following: Pick<SnapshotInfo, 'readFailures' | 'mode' | 'position' | 'lag' | keyof typeof measures> = source === 'files'
+    ? { readFailures: 0, mode: 'watch', position: undefined, lag: { entries: 0, seconds: 0 }, ...measures }
+    : { readFailures: 0, mode: 'notify', position: 1000, lag: { entries: 0, seconds: 0 }, ...measures }
   const ready = createSnapshot(data).then((first) => { snapshot = first })
   let confirmed: number | undefined
   return {
@@ -189,6 +190,7 @@ export function snapshotsOf (data: DirectoryData, source = 'test') {
     /** Current as of now, unless a test said when it was last confirmed (`confirmed`). */
     confirmedAt: () => confirmed ?? Date.now(),
     confirmed (at: number | undefined) { confirmed = at },
+    clockOffsetMs: () => following.clockOffsetSeconds * 1000,
     info: (): SnapshotInfo => ({
       source,
       version: snapshot!.version,
@@ -200,6 +202,10 @@ export function snapshotsOf (data: DirectoryData, source = 'test') {
       mode: following.mode,
       position: following.position,
       lag: { ...following.lag },
+      replayLagSeconds: following.replayLagSeconds,
+      clockOffsetSeconds: following.clockOffsetSeconds,
+      oldestOpenSeconds: following.oldestOpenSeconds,
+      relists: following.relists,
       following: true
     }),
     async install (next: DirectoryData) {

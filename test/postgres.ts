@@ -46,9 +46,14 @@ export interface Standby {
   stop(): Promise<void>
   /** Starts it again on the same port and data; it streams again from its primary. */
   start(): Promise<void>
+  /** Promotes it to a primary of a new timeline (a failover), once it has replayed what it has. */
+  promote(): Promise<void>
   /** Stops it and removes its folder. */
   close(): Promise<void>
 }
+
+/** The path of a PostgreSQL program of the server's version (pg_dump, pg_restore). */
+export const serverProgram = (name: string) => join(findBinaries(), name)
 
 /**
  * The folder of initdb and pg_ctl: the newest /usr/lib/postgresql/N/bin (Debian's layout), else
@@ -236,6 +241,7 @@ async function startStandby (bin: string, primaryPort: number): Promise<Standby>
     },
     stop: cluster.stop,
     start: cluster.start,
+    promote: async () => { await exec(bin, 'pg_ctl', ['-D', cluster.data, '-w', '-t', '60', 'promote']) },
     close: cluster.close
   }
 }
@@ -247,7 +253,7 @@ async function startStandby (bin: string, primaryPort: number): Promise<Standby>
  * them, as a NAT or load balancer does when it drops a flow; connections made after it pass.
  */
 export async function latencyProxy (url: string, delayMs: number) {
-  const target = new URL(url)
+  let target = new URL(url)
   const sockets = new Set<net.Socket>()
   const frozen = new WeakSet<net.Socket>()
   const proxy = net.createServer((client) => {
@@ -268,6 +274,12 @@ export async function latencyProxy (url: string, delayMs: number) {
     url: proxied.toString(),
     freeze () {
       for (const socket of sockets) frozen.add(socket)
+    },
+    /** Sends new connections to the server at `next` and cuts those open, as a virtual IP moved to another server does. */
+    retarget (next: string) {
+      target = new URL(next)
+      for (const socket of sockets) socket.destroy()
+      sockets.clear()
     },
     async close () {
       for (const socket of sockets) socket.destroy()

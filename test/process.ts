@@ -11,9 +11,11 @@ export interface RunningServer {
   exited: Promise<number | string>
 }
 
-/** Starts the built server (dist/server.js) as `npm start` does, on a free port. */
-export function startServer (env: Record<string, string> = {}): Promise<RunningServer> {
-  const child = spawn(process.execPath, ['dist/server.js'], {
+/** Starts the built server (dist/server.js) as `npm start` does, on a free port, through `wrapper` when given. */
+export function startServer (env: Record<string, string> = {}, { wrapper = [] }: { wrapper?: string[] } = {}): Promise<RunningServer> {
+  // A wrapper runs it (faketime, for a replica whose clock is off).
+  const [command, ...args] = [...wrapper, process.execPath, 'dist/server.js']
+  const child = spawn(command!, args, {
     env: { PATH: process.env.PATH ?? '', PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe']
   })

@@ -51,6 +51,8 @@ type Listed = Omit<ApiKey, 'sha256'>
 /** Where keys are kept: the keys table, or keys.json of a folder. */
 interface KeyStore {
   where: string
+  /** Now, in ms since the epoch, on the clock the servers judge expiries by: PostgreSQL's, or this machine's for files. */
+  now(): Promise<number>
   add(key: ApiKey): Promise<void>
   /** False when there is no key of that name. */
   remove(name: string): Promise<boolean>
@@ -71,6 +73,7 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
     })
     return {
       where: `table keys of ${locationOf(config.DATABASE_URL)}`,
+      now: async () => Number((await client.query<{ now: string }>('SELECT extract(epoch FROM now()) * 1000 AS now')).rows[0]!.now),
       add: (key) => insertKey(client, key),
       remove: (name) => deleteKey(client, name),
       hasOrganization: (id) => organizationExists(client, id),
@@ -88,6 +91,7 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
   const write = (keys: ApiKey[]) => writeJsonFile(file, keys)
   return {
     where: file,
+    now: async () => Date.now(),
     async add (key) {
       const keys = await readKeys(file, true)
       if (keys.some((existing) => existing.name === key.name)) throw new Error(`a key named ${JSON.stringify(key.name)} exists already in ${file}`)
@@ -134,14 +138,17 @@ const newSecret = () => `sk-or-v1-${randomBytes(32).toString('hex')}`
 /** Whether now plus `ms` is an instant a key's expiry can hold (RFC 3339 has four digits for the year). */
 const withinYears = (ms: number) => Date.now() + ms < Date.UTC(10000, 0, 1)
 
-/** The expiry the options ask for (RFC 3339, UTC), undefined for none; refuses the command line when it is not one. */
-function expiryOf (values: { 'expires-in'?: string | undefined, 'expires-at'?: string | undefined }): string | undefined {
+/**
+ * The expiry the options ask for, undefined for none: an RFC 3339 instant (UTC), or a duration from now
+ * on the store's clock; refuses the command line when it is not one.
+ */
+function expiryOf (values: { 'expires-in'?: string | undefined, 'expires-at'?: string | undefined }): string | { inMs: number } | undefined {
   const { 'expires-in': expiresIn, 'expires-at': expiresAt } = values
   if (expiresIn !== undefined && expiresAt !== undefined) refuseCommandLine('key', 'give --expires-in or --expires-at, not both')
   if (expiresIn !== undefined) {
     const ms = parseDuration(expiresIn)
     if (ms === undefined || !withinYears(ms)) refuseCommandLine('key', `--expires-in ${JSON.stringify(expiresIn)} is not a duration such as 30s, 15m, 12h or 90d, ending before the year 10000`)
-    return timestampText(Date.now() + ms)
+    return { inMs: ms }
   }
   if (expiresAt !== undefined && Number.isNaN(timestampMs(expiresAt))) {
     refuseCommandLine('key', `--expires-at ${JSON.stringify(expiresAt)} is not an RFC 3339 timestamp with a time zone (2026-12-31T23:59:59Z)`)
@@ -182,15 +189,17 @@ async function main () {
         : command === 'rotate' ? values.name && only('name', 'grace', 'new-name', 'expires-in', 'expires-at')
           : command === 'list' && only())
   if (!valid) refuseCommandLine('key', USAGE)
-  const expiresAt = expiryOf(values)
+  const expiry = expiryOf(values)
   const graceMs = values.grace === undefined ? 60 * 60 * 1000 : parseDuration(values.grace)
   if (graceMs === undefined || !withinYears(graceMs)) refuseCommandLine('key', `--grace ${JSON.stringify(values.grace)} is not a duration such as 0, 30s, 15m, 12h or 90d, ending before the year 10000`)
   const name = values.name!
 
   const store = await openStore(dataDirOf('key', values))
   try {
+    // A duration counts from the database's now() when the keys are there: the replicas judge expiries on it.
+    const expiresAt = typeof expiry === 'object' ? timestampText(await store.now() + expiry.inMs) : expiry
     if (command === 'list') {
-      process.stdout.write(formatList(await store.list(), Date.now()))
+      process.stdout.write(formatList(await store.list(), await store.now()))
       return
     }
     if (command === 'revoke') {
@@ -199,21 +208,21 @@ async function main () {
       return
     }
     const key = newSecret()
-    const expiry = expiresAt === undefined ? {} : { expires_at: expiresAt }
+    const expiring = expiresAt === undefined ? {} : { expires_at: expiresAt }
     // The old name and the time, to the second: readable, and a rotation a second is plenty.
     const successor = command === 'rotate' ? values['new-name'] ?? `${name}-${new Date().toISOString().replace(/[-:]/g, '').slice(0, 15)}` : name
     // Checked as the servers check it before anything is written: a record they refuse would refuse the whole file.
-    const problem = recordProblem('keys', { name: successor, sha256: hash('sha256', key), kind: kind ?? 'standard', organization_id: values.org ?? 'organization', ...expiry }, 0)
+    const problem = recordProblem('keys', { name: successor, sha256: hash('sha256', key), kind: kind ?? 'standard', organization_id: values.org ?? 'organization', ...expiring }, 0)
     if (problem !== undefined) throw new Error(`the key would not be valid, nothing was written: ${problem.replace(/^\[0\]\./, '')}`)
     if (command === 'rotate') {
-      const old = await store.rotate(name, { name: successor, sha256: hash('sha256', key), ...expiry }, graceMs)
+      const old = await store.rotate(name, { name: successor, sha256: hash('sha256', key), ...expiring }, graceMs)
       if (old === undefined) throw new Error(`no key named ${JSON.stringify(name)} in ${store.where}`)
       process.stderr.write(`rotated key ${JSON.stringify(name)} in ${store.where}: it works until ${old.expires_at} (grace ${formatDuration(graceMs)}); ` +
         `its successor ${JSON.stringify(successor)} (${old.kind}, ${old.organization_id}) works now, without a restart.\nThe successor (shown once, not stored):\n`)
       process.stdout.write(`${key}\n`)
       return
     }
-    await store.add({ name, sha256: hash('sha256', key), kind: kind!, organization_id: values.org!, ...expiry })
+    await store.add({ name, sha256: hash('sha256', key), kind: kind!, organization_id: values.org!, ...expiring })
     if (kind === 'management' && !await store.hasOrganization(values.org!)) {
       process.stderr.write(`warning: no organization ${values.org} in the directory; this key will get 404 on the member listing\n`)
     }

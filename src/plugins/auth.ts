@@ -87,7 +87,8 @@ function authenticate (request: FastifyRequest, reply: FastifyReply, now: number
   // One-shot hash(): less than half the cost of createHash() for a string this short.
   const found = request.snapshot.findKey(hash('sha256', key))
   if (found === undefined) return unauthorized(request, reply, new UnknownKey(), 'Bearer error="invalid_token"', 'unknown key')
-  // One comparison: a key stops at its instant on every replica, with no change to follow.
+  // One comparison: a key stops at its instant on every replica, with no change to follow, each
+  // replica judging it on the source's clock, whatever its own says.
   if (request.snapshot.expiryOf(found) <= now) {
     return unauthorized(request, reply, new ExpiredKey(), 'Bearer error="invalid_token", error_description="The key has expired"', 'expired key')
   }
@@ -117,7 +118,8 @@ async function authPlugin (app: FastifyInstance, { snapshots, limitRefusals = re
       reply.code(503).header('retry-after', String(STALE_RETRY_AFTER_S)).send(errorBody(503, STALE_MESSAGE))
       return
     }
-    const outcome = authenticate(request, reply, now)
+    // A key's expiry is an instant of the source's clock (PostgreSQL's now()), not of this host's.
+    const outcome = authenticate(request, reply, now + snapshots.clockOffsetMs())
     if (outcome instanceof Error) return limitRefusals(request, reply, outcome, done)
     ;(request as AuthenticatedRequest)[API_KEY] = outcome
     done()

@@ -319,6 +319,37 @@ function snapshotMetrics (registry: Registry, snapshots: Snapshots, maxStaleness
     collect () { this.set(snapshots.info().lag.seconds) }
   })
   new Gauge({
+    name: 'directory_source_replay_lag_seconds',
+    help: 'PostgreSQL: how far the database read is behind its primary, as last read (a hot standby\'s replay lag, counted against MAX_STALENESS_MS); 0 on a primary; absent with files or when it cannot be told',
+    registers: [registry],
+    collect () {
+      const { replayLagSeconds } = snapshots.info()
+      if (replayLagSeconds === undefined) this.remove()
+      else this.set(replayLagSeconds)
+    }
+  })
+  new Gauge({
+    name: 'directory_source_clock_offset_seconds',
+    help: 'PostgreSQL: the database\'s clock minus this replica\'s, as last measured; keys expire on the database\'s time; 0 with files',
+    registers: [registry],
+    collect () { this.set(snapshots.info().clockOffsetSeconds) }
+  })
+  new Gauge({
+    name: 'directory_source_oldest_transaction_seconds',
+    help: 'PostgreSQL: how long the oldest transaction in progress has been seen open by this replica (it holds the change log\'s cut back: idle_in_transaction_session_timeout ends it); 0 when none',
+    registers: [registry],
+    collect () { this.set(snapshots.info().oldestOpenSeconds) }
+  })
+  new Counter({
+    name: 'directory_source_relists_total',
+    help: 'Times every kind was read whole since start because the changes since the position could not be told: a failover, a restore, another database, a trimmed log',
+    registers: [registry],
+    collect () {
+      this.reset()
+      this.inc(snapshots.info().relists)
+    }
+  })
+  new Gauge({
     name: 'directory_source_mode',
     help: 'How changes of the source are followed: notify (PostgreSQL, woken by NOTIFY), poll (PostgreSQL, the log read every POLL_INTERVAL_MS), watch (files); 1 for the mode in use, the only series',
     labelNames: ['mode'] as const,

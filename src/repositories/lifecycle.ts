@@ -1,6 +1,6 @@
 import { KINDS, RECORD_KINDS, type RecordKind } from '../registry.js'
 import { applyChange, compactIndex, createSnapshot, withRecords, type KeyedKind, type Index, type RecordCounts, type Snapshot } from './snapshot.js'
-import { backoff, readWhole, type Batch, type Change, type FollowMode, type RecordRefusal, type Source } from './source.js'
+import { backoff, readWhole, type Batch, type Change, type FollowMode, type RecordRefusal, type Source, type SourceMeasures } from './source.js'
 import { quoteValue } from '../schemas/describe-error.js'
 
 /** Wake-ups within this time of the first are one read: a burst of statements, or a flood of NOTIFY, costs a read at most this often. */
@@ -31,6 +31,14 @@ export interface SnapshotInfo {
   position: number | undefined
   /** How far behind the source the replica is, as last seen: changes not installed yet, and the age of the oldest. */
   lag: { entries: number, seconds: number }
+  /** How far the source is behind its own primary, as last read (a hot standby's replay lag), in seconds; 0 on a primary, undefined for files or when unknown. */
+  replayLagSeconds: number | undefined
+  /** The source's clock minus this process's, in seconds, as last measured: a key's expiry is judged on the source's time. 0 for files. */
+  clockOffsetSeconds: number
+  /** How long the oldest transaction in progress at the source has been seen open (it holds the change log's cut back), in seconds; 0 when none. */
+  oldestOpenSeconds: number
+  /** Times every kind was read whole since start because the changes since the position could not be told (a failover, a restore, a trim). */
+  relists: number
   /** Whether changes are being followed (the database answers, the folder exists). */
   following: boolean
 }
@@ -39,8 +47,13 @@ export interface SnapshotInfo {
 export interface Snapshots {
   /** The snapshot to answer a request from; a request reads it once and keeps it to its last byte. */
   current(): Snapshot
-  /** When the data served was last confirmed current (ms since the epoch): the start of the last read that succeeded. */
+  /**
+   * When the data served was last confirmed current (ms since the epoch): the start of the last read
+   * that succeeded, less the source's own lag behind its primary (a hot standby's replay).
+   */
   confirmedAt(): number
+  /** The source's clock minus this process's, in ms: what a key's expiry is compared with is now plus this. */
+  clockOffsetMs(): number
   info(): SnapshotInfo
 }
 
@@ -87,9 +100,18 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
   /** Reads what changed this often whether woken or not, to confirm the data current (MAX_STALENESS_MS). */
   let confirming: NodeJS.Timeout | undefined
   let version = 0
-  /** Where the snapshot served was read, and its horizon: the next read starts there. */
+  /** Where the snapshot served was read, its words for the logs, its horizon and its history: the next read starts there. */
   let position: string | undefined
+  let label: string | undefined
   let horizon: number | undefined
+  let history: string | undefined
+  /** What the last read measured of the source (PostgreSQL). */
+  let measured: SourceMeasures | undefined
+  /** The oldest transaction seen in progress, and since when (ms since the epoch). */
+  let oldestOpen: { id: number, since: number } | undefined
+  /** Why the source was last seen waiting (a standby behind the data served), while it is. */
+  let waiting: string | undefined
+  let relists = 0
   let log: LifecycleLog | undefined
   let following = true
   /** When changes stopped being followed, while they are not. */
@@ -140,9 +162,10 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
     try {
       const batch = read === 'list' ? await source.list() : await source.changesSince(position!)
       if (closed) return
+      note(batch)
       await install(batch)
       failures = 0
-      confirmedAt = started
+      confirm(batch, started)
     } catch (error) {
       if (closed) return
       // Reading failed (the connection, not the data): read it again later, from the same position.
@@ -150,11 +173,36 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
       readFailures++
       if (wanted !== 'list') wanted = read
       retry = backoff(failures, MAX_BACKOFF_MS)
-      log?.warn({ read: read === 'list' ? 'every kind' : 'the changes since the position served', position, problem: (error as Error).message }, 'reading a change failed; trying again')
+      log?.warn({ read: read === 'list' ? 'every kind' : 'the changes since the position served', position: label ?? position, problem: (error as Error).message }, 'reading a change failed; trying again')
     } finally {
       reading = false
     }
     if (wanted !== undefined) schedule(retry)
+  }
+
+  /** Takes what a read measured of the source, and says once when it starts and stops waiting for a standby. */
+  function note (batch: Batch) {
+    if (batch.measured !== undefined) {
+      measured = batch.measured
+      const open = batch.measured.oldestOpen
+      if (open === undefined) oldestOpen = undefined
+      else if (oldestOpen?.id !== open) oldestOpen = { id: open, since: Date.now() }
+    }
+    if (batch.waiting !== waiting) {
+      if (batch.waiting !== undefined) log?.warn({ source: source.name, position: label, problem: batch.waiting }, 'the source is behind the data served: nothing installed, and the data is not confirmed current until it catches up')
+      else log?.info({ source: source.name, position: label }, 'the source has caught up with the data served')
+      waiting = batch.waiting
+    }
+  }
+
+  /**
+   * The data is confirmed current as of the read's start, less the source's lag behind its primary
+   * (a standby's replay, measured there): never by a read that waited, never moved back.
+   */
+  function confirm (batch: Batch, started: number) {
+    if (batch.waiting !== undefined) return
+    const lag = batch.measured === undefined ? 0 : batch.measured.replayLagMs
+    if (lag !== null) confirmedAt = Math.max(confirmedAt, started - lag)
   }
 
   /**
@@ -162,12 +210,17 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
    * alone is left out), the others go in; then the position moves to the batch's.
    */
   async function install (batch: Batch) {
-    // Never back to an older state (a standby behind the one read before, a reload through it): kept for later.
-    if (batch.horizon !== undefined && horizon !== undefined && batch.horizon < horizon) {
-      log?.warn({ source: source.name, position, behind: batch.position }, 'a read older than the data served is left out; the next read starts from the position served')
+    if (batch.waiting !== undefined) return
+    // Never back to an older state of one history (a standby behind the one read before, a reload
+    // through it): kept for later. A relist of another history (a failover, a restore) is its state now.
+    if (batch.horizon !== undefined && horizon !== undefined && batch.horizon < horizon && batch.history === history) {
+      log?.warn({ source: source.name, position: label, behind: batch.label ?? batch.position }, 'a read older than the data served is left out; the next read starts from the position served')
       return
     }
-    if (batch.relisted !== undefined) log?.warn({ source: source.name, position, problem: batch.relisted }, 'every kind read whole: the changes since the position served cannot be told')
+    if (batch.relisted !== undefined) {
+      relists++
+      log?.warn({ source: source.name, position: label, read_at: batch.label ?? batch.position, problem: batch.relisted }, 'every kind read whole: the changes since the position served cannot be told')
+    }
     const ready: Ready[] = []
     for (const read of batch.changes) {
       const { kind } = read
@@ -182,9 +235,7 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
       changes[kind].succeeded++
     }
     if (ready.length > 0) installReady(ready, batch)
-    position = batch.position
-    horizon = batch.horizon
-    behind = undefined
+    moveTo(batch)
     for (const { kind } of ready) void compact(kind)
   }
 
@@ -216,6 +267,15 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
         return index
       }
     }
+  }
+
+  /** The next read starts from the batch's position, in its history. */
+  function moveTo (batch: Batch) {
+    position = batch.position
+    label = batch.label ?? batch.position
+    horizon = batch.horizon
+    history = batch.history
+    behind = undefined
   }
 
   /** Logs records refused one by one: each, up to REFUSALS_LOGGED, then how many more. */
@@ -301,12 +361,12 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
     async load () {
       const started = Date.now()
       const { batch, wholes, refused } = await readWhole(source)
-      confirmedAt = started
+      note(batch)
+      confirm(batch, started)
       refusedAtStart = refused
       for (const kind of new Set(refused.map((refusal) => refusal.kind))) changes[kind].failed++
       current = await createSnapshot(wholes, ++version)
-      position = batch.position
-      horizon = batch.horizon
+      moveTo(batch)
       return current
     },
     /** Follows the source's changes from the position listed, reporting to `logger`; resolves once the source knows how it follows. */
@@ -350,6 +410,7 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
     },
     current: snapshot,
     confirmedAt: () => confirmedAt,
+    clockOffsetMs: () => measured?.clockOffsetMs ?? 0,
     info (): SnapshotInfo {
       const served = snapshot()
       return {
@@ -363,6 +424,10 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
         mode: source.mode,
         position: horizon,
         lag: behind === undefined ? { entries: 0, seconds: 0 } : { entries: behind.entries, seconds: Math.max(0, Date.now() - behind.oldestAt) / 1000 },
+        replayLagSeconds: measured === undefined || measured.replayLagMs === null ? undefined : measured.replayLagMs / 1000,
+        clockOffsetSeconds: (measured?.clockOffsetMs ?? 0) / 1000,
+        oldestOpenSeconds: oldestOpen === undefined ? 0 : (Date.now() - oldestOpen.since) / 1000,
+        relists,
         following
       }
     },
@@ -385,6 +450,7 @@ export async function fixedSnapshots (data: Parameters<typeof createSnapshot>[0]
     current: () => snapshot,
     // Data that never changes is always current.
     confirmedAt: () => Date.now(),
-    info: () => ({ source: 'none', version: 1, fingerprint: snapshot.fingerprint, installedAt: snapshot.installedAt, records: snapshot.counts(), changes, readFailures: 0, mode: 'none', position: undefined, lag: { entries: 0, seconds: 0 }, following: true })
+    clockOffsetMs: () => 0,
+    info: () => ({ source: 'none', version: 1, fingerprint: snapshot.fingerprint, installedAt: snapshot.installedAt, records: snapshot.counts(), changes, readFailures: 0, mode: 'none', position: undefined, lag: { entries: 0, seconds: 0 }, replayLagSeconds: undefined, clockOffsetSeconds: 0, oldestOpenSeconds: 0, relists: 0, following: true })
   }
 }

@@ -56,6 +56,29 @@ export interface Batch {
   readonly changes: ReadonlyArray<Change | Refusal>
   /** Set when every kind was read whole because what changed since the position could not be told: why. */
   readonly relisted?: string
+  /**
+   * Which history of the source the position belongs to (PostgreSQL: the cluster, its timeline, the
+   * database and its change log). Horizons compare within one history only: a batch of another is
+   * a relist, installed even when its horizon is lower (a failover to a standby that lost transactions).
+   */
+  readonly history?: string
+  /**
+   * Set when the source is behind the data served and the read installs nothing (a standby that has
+   * not yet replayed what was served): the data is not confirmed current by it.
+   */
+  readonly waiting?: string
+  /** What the read measured of the source itself, where it can (PostgreSQL). */
+  readonly measured?: SourceMeasures
+}
+
+/** What a read of PostgreSQL measures of the database beside the data. */
+export interface SourceMeasures {
+  /** The source's clock minus this process's, in ms, measured at the read: a key's expiry is judged on the source's time. */
+  readonly clockOffsetMs: number
+  /** How far the data read is behind what its primary committed (a standby's replay lag), in ms: 0 on a primary; null when it cannot be told. */
+  readonly replayLagMs: number | null
+  /** The oldest transaction in progress at the read, which holds the change log's cut back; undefined when none was. */
+  readonly oldestOpen?: number
 }
 
 /** How a source learns that something may have changed. */

@@ -80,7 +80,7 @@ describe('the alert rules', () => {
 
   it('cover what the issue lists, each with a summary, a description and a runbook entry that exists', async () => {
     expect(rules.map((rule) => rule.alert)).toEqual([
-      'DirectoryChangeRefused', 'DirectoryReplicasServeDifferentData', 'DirectorySourceUnreachable', 'DirectorySourceReadsFailing', 'DirectoryReplicaBehind', 'DirectoryDataUnconfirmed',
+      'DirectoryChangeRefused', 'DirectoryReplicasServeDifferentData', 'DirectorySourceUnreachable', 'DirectorySourceReadsFailing', 'DirectoryReplicaBehind', 'DirectoryDataUnconfirmed', 'DirectoryTransactionHeldOpen', 'DirectoryClockSkew',
       'DirectoryHighErrorRatio', 'DirectoryHighLatency', 'DirectoryRateLimitStoreErrors', 'DirectoryEventLoopLag', 'DirectoryMemoryNearLimit'
     ])
     const runbook = await readFile('docs/runbook.md', 'utf8')

@@ -46,7 +46,7 @@ describe('keys that expire', () => {
   it('stops a key held in a key table as one held as a record, at the same instant', async () => {
     const data = expiringData()
     const snapshot = await createSnapshot({ ...data, keys: KeyTable.of(data.keys, 'keys') })
-    const snapshots = { current: () => snapshot, confirmedAt: () => Date.now(), info: snapshotsOf(data).info }
+    const snapshots = { current: () => snapshot, confirmedAt: () => Date.now(), clockOffsetMs: () => 0, info: snapshotsOf(data).info }
     let now = AT - 1
     const app = build({ snapshots, clock: () => now })
     expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(200)

@@ -9,7 +9,7 @@ import { createSlicer } from '../slices.js'
 import { MemberList, MemberListBuilder } from '../member-list.js'
 import { KeyTableBuilder } from '../key-table.js'
 import { quoteValue } from '../../schemas/describe-error.js'
-import { backoff, type Batch, type Change, type FollowMode, type ReadRequest, type Refusal, type Source, type SourceEvents } from '../source.js'
+import { backoff, type Batch, type Change, type FollowMode, type ReadRequest, type Refusal, type Source, type SourceEvents, type SourceMeasures } from '../source.js'
 import { ApiKeySchema, OrganizationSchema, type ApiKey } from '../../schemas/fixtures.js'
 import { MemberSchema, type Member } from '../../schemas/member.js'
 import { MAX_FILE_BYTES } from '../json-file.js'
@@ -154,6 +154,17 @@ export async function connectPostgres (url: string, timeoutMs: number, { applica
       await sleep(wait)
     }
   }
+}
+
+/**
+ * A read a hot standby cancelled to replay its primary's changes (VACUUM removed rows the read could
+ * still see, after max_standby_streaming_delay): said with what to set, since every whole read longer
+ * than that delay will be cancelled again while the primary churns.
+ */
+function explainConflict (error: unknown) {
+  const { code, message } = error as { code?: string, message?: string }
+  if (code !== '40001' || !message?.includes('conflict with recovery')) return error
+  return new Error(`${message}: the hot standby cancelled the read to replay its primary's changes; set hot_standby_feedback = on on the standby (or raise its max_standby_streaming_delay past the longest whole read), see docs/postgresql.md#hot-standbys`)
 }
 
 /** A bad row's message: `table t, row key "x": field: problem`, from recordProblem's `[3].field: problem`. */
@@ -389,27 +400,89 @@ const NAME_MAX_BYTES = Math.max(...RECORD_KINDS.filter((kind) => KINDS[kind].ind
 const KIND_OF_TABLE = new Map<string, RecordKind>([...RECORD_KINDS.map((kind) => [KINDS[kind].table, kind] as const), ['members', 'organizations']])
 
 /**
- * The entries a position ($1, its snapshot; $2, the transactions it read at or past the snapshot's
- * xmin) did not read: PgQ's cut. An entry below the xmin was committed before the snapshot (an
- * aborted transaction leaves none); at or past it, the position names the transactions it read. Not
- * the snapshot's list of transactions in progress: a hot standby's snapshot leaves it empty (it keeps
- * them elsewhere), and would have every transaction running then taken for one committed. The index
- * on txid reads from the xmin on.
+ * Which history the database is, in one value: the cluster (its system identifier: a restore or a new
+ * cluster has another), its timeline (a promotion makes a new one, and a standby promoted may lack the
+ * last transactions its primary committed), the database and its change log (a restore into the same
+ * cluster makes new ones). A physical standby shares its primary's cluster; during recovery its timeline
+ * is its last restartpoint's (pg_walfile_name is refused then). Readable by any role.
  */
-const PAST_POSITION = 'txid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT txid = ANY($2::xid8[])'
+const HISTORY = `(SELECT system_identifier FROM pg_control_system())::text || '.' ||
+  CASE WHEN pg_is_in_recovery() THEN (SELECT timeline_id FROM pg_control_checkpoint())
+    ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END || '.' ||
+  (SELECT oid FROM pg_database WHERE datname = current_database()) || '.' || 'directory_changes'::regclass::oid`
 
-/** A position: a snapshot, and the transactions at or past its xmin whose entries it read (`xmin:xmax:xip/t1,t2`). */
-const cutOf = (position: string) => {
-  const [snapshot = '', seen = ''] = position.split('/')
-  return { snapshot, seen: seen === '' ? [] : seen.split(',') }
+/**
+ * On a hot standby, the transactions at or past the snapshot's xmin whose entries it sees: a standby's
+ * snapshot keeps the transactions in progress out of its list (pg_current_snapshot() shows none), so
+ * the cut is made by what was read. Past SEEN_MAX (a transaction held open, which pins the xmin, while
+ * thousands commit), `*`: the next read is a whole one, and the list is not carried.
+ */
+const SEEN_MAX = 10_000
+const SEEN = `CASE WHEN pg_is_in_recovery() THEN (SELECT CASE WHEN count(*) > ${SEEN_MAX} THEN '*' ELSE coalesce(string_agg(txid::text, ',' ORDER BY txid), '') END
+  FROM (SELECT DISTINCT txid FROM directory_changes WHERE txid >= pg_snapshot_xmin(pg_current_snapshot()) AND txid < pg_snapshot_xmax(pg_current_snapshot())) AS seen) END`
+
+/**
+ * How far what a standby serves is behind its primary, in ms: none while it has replayed all it
+ * received from a primary it streams from; else since the last transaction it replayed was committed
+ * (paused, lagging, or cut off from its primary), null when it never replayed one. 0 on a primary.
+ */
+const REPLAY_LAG = `CASE WHEN NOT pg_is_in_recovery() THEN 0
+  WHEN EXISTS (SELECT 1 FROM pg_stat_wal_receiver) AND pg_last_wal_receive_lsn() <= pg_last_wal_replay_lsn() THEN 0
+  ELSE extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()) * 1000 END`
+
+/** What every read asks first, in its transaction: where it reads, and what it measures of the database. */
+const STATE = `${HISTORY} AS history, pg_current_snapshot()::text AS snapshot, ${SEEN} AS seen,
+  ${REPLAY_LAG} AS lag_ms, extract(epoch FROM clock_timestamp()) * 1000 AS clock_ms`
+
+/**
+ * A position: the history, the snapshot (`xmin:xmax:xip`), and on a standby the transactions it saw
+ * past the xmin (SEEN), `|` between them. The cut (PgQ's) reads the entries of the transactions the
+ * position did not see and the read's snapshot does: on a primary those at or past the snapshot's xmax
+ * or in its list in progress; on a standby those at or past its xmin it did not see.
+ */
+interface Position {
+  history: string
+  snapshot: string
+  xmin: number
+  xmax: number
+  inProgress: string[]
+  /** On a standby: the transactions seen past the xmin, or `*` when past SEEN_MAX. */
+  seen?: string[] | '*'
 }
 
-/** What a position's xmax says: the transaction id every later transaction is at or above. */
-const horizonOf = (position: string) => Number(position.split(':')[1])
+function parsePosition (position: string): Position {
+  const [history = '', snapshot = '', seen] = position.split('|')
+  const [xmin = '', xmax = '', xip = ''] = snapshot.split(':')
+  return { history, snapshot, xmin: Number(xmin), xmax: Number(xmax), inProgress: xip === '' ? [] : xip.split(','), seen: seen === undefined ? undefined : seen === '*' ? '*' : seen === '' ? [] : seen.split(',') }
+}
 
-/** The snapshot of the read's transaction, and the transactions at or past its xmin whose entries it sees: the position it reads at. */
-const POSITION_NOW = `pg_current_snapshot()::text || '/' || coalesce((SELECT string_agg(DISTINCT txid::text, ',') FROM directory_changes
-  WHERE txid >= pg_snapshot_xmin(pg_current_snapshot())), '')`
+/** The position in the words of the logs: its horizon and a count, never its lists, which grow with a transaction held open. */
+function labelOf ({ history, xmin, xmax, inProgress, seen }: Position) {
+  const count = seen === undefined ? `${inProgress.length} in progress` : seen === '*' ? `over ${SEEN_MAX} seen past the xmin` : `${seen.length} seen past the xmin`
+  return `${xmin}:${xmax} (${count}) of history ${history}`
+}
+
+/** The entries the position `since` did not read, with parameters $n and $n+1 from cutOf; visible to the read's snapshot. */
+function unreadSql (since: Position, n: number) {
+  const [bound, list] = [`$${n}::xid8`, `$${n + 1}::xid8[]`]
+  const cut = since.seen === undefined ? `(txid >= ${bound} OR txid = ANY(${list}))` : `(txid >= ${bound} AND NOT txid = ANY(${list}))`
+  // An entry whose id the snapshot does not see (a restored row of another cluster's) waits until it does.
+  return `${cut} AND pg_visible_in_snapshot(txid, pg_current_snapshot())`
+}
+
+/** unreadSql's parameters: on a primary, the xmax and the transactions in progress; on a standby, the xmin and those seen. */
+const cutOf = (since: Position) => since.seen === undefined || since.seen === '*'
+  ? [String(since.xmax), since.inProgress]
+  : [String(since.xmin), since.seen]
+
+/** What the state query answers. */
+interface State {
+  history: string
+  snapshot: string
+  seen: string | null
+  lag_ms: number | null
+  clock_ms: number
+}
 
 /** What the entries past a position say of one table, grouped by the database. */
 interface Pending {
@@ -611,9 +684,13 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
       // answering on. Set for this transaction alone: a transaction pooler refuses settings as
       // startup parameters, and may hand the connection to another client after COMMIT.
       await client.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = 0; SET LOCAL TimeZone = 'UTC'")
-      const result = await read(client)
-      await client.query('COMMIT')
-      return result
+      try {
+        const result = await read(client)
+        await client.query('COMMIT')
+        return result
+      } catch (error) {
+        throw explainConflict(error)
+      }
     })
   }
 
@@ -656,46 +733,71 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
     }
   }
 
-  /** Where the read's transaction is: its position. */
-  const positionOf = async (client: pg.ClientBase) => (await client.query<{ position: string }>(`SELECT ${POSITION_NOW} AS position`)).rows[0]!.position
-
-  /** Every kind whole, at the transaction's snapshot (its position, read here unless given). */
-  async function listAll (client: pg.ClientBase, given?: string, relisted?: string): Promise<Batch> {
-    await checkSchema(client)
-    const position = given ?? await positionOf(client)
-    return { position, horizon: horizonOf(position), relisted, changes: await readKinds(client, RECORD_KINDS.map((kind) => ({ kind, keys: 'all' }))) }
+  /** The state of the read's transaction (STATE), with `extra` columns; the position and the measures it gives. */
+  async function stateOf<T extends object> (client: pg.ClientBase, extra = '', parameters: unknown[] = []) {
+    const before = Date.now()
+    const { rows: [row] } = await client.query<State & T>(`SELECT ${STATE}${extra}`, parameters)
+    const after = Date.now()
+    const state = row!
+    const position = `${state.history}|${state.snapshot}${state.seen === null ? '' : `|${state.seen}`}`
+    const parsed = parsePosition(position)
+    const measured: SourceMeasures = {
+      // The database's clock read halfway through the round trip, as NTP reckons.
+      clockOffsetMs: Number(state.clock_ms) - (before + after) / 2,
+      replayLagMs: state.lag_ms === null ? null : Math.max(0, Number(state.lag_ms)),
+      ...parsed.xmin < parsed.xmax ? { oldestOpen: parsed.xmin } : {}
+    }
+    return { state, position, parsed, measured }
   }
 
+  /** A batch at the read's position. */
+  const batchAt = (position: string, parsed: Position, measured: SourceMeasures, rest: Pick<Batch, 'changes' | 'relisted' | 'waiting'>): Batch =>
+    ({ position, label: labelOf(parsed), horizon: parsed.xmax, history: parsed.history, measured, ...rest })
+
+  /** Every kind whole, at the transaction's snapshot (its state, read here unless given). */
+  async function listAll (client: pg.ClientBase, given?: Awaited<ReturnType<typeof stateOf>>, relisted?: string): Promise<Batch> {
+    await checkSchema(client)
+    const { position, parsed, measured } = given ?? await stateOf(client)
+    return batchAt(position, parsed, measured, { relisted, changes: await readKinds(client, RECORD_KINDS.map((kind) => ({ kind, keys: 'all' }))) })
+  }
 
   /**
    * What changed after `since`: the log's entries of the transactions `since` did not see and the
    * transaction's snapshot does (PgQ's cut between two snapshots), grouped by table, and the records
-   * they name, read at that snapshot.
+   * they name, read at that snapshot. Every kind whole when the database is another history than
+   * `since`'s, or its counter is behind it on a primary (a failover, a restore): said in `relisted`.
    */
   async function readChanges (client: pg.ClientBase, since: string): Promise<Batch> {
+    const from = parsePosition(since)
     // One query when nothing changed, which is what a poll finds most of the time.
-    const { snapshot, seen } = cutOf(since)
     // Trimmed past the position: a trim that began after it removed entries at or past its xmin.
-    const { rows: [state] } = await client.query<{ position: string, trimmed: boolean, older: boolean, changed: boolean }>(`SELECT ${POSITION_NOW} AS position,
+    const read = await stateOf<{ trimmed: boolean, older: boolean, changed: boolean, recovery: boolean }>(client, `,
         (SELECT through >= pg_snapshot_xmin($1::pg_snapshot) AND trimmed_by >= pg_snapshot_xmax($1::pg_snapshot) FROM directory_changes_trimmed) AS trimmed,
-        pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax($1::pg_snapshot) AS older,
-        EXISTS (SELECT 1 FROM directory_changes WHERE ${PAST_POSITION}) AS changed`, [snapshot, seen])
-    const { position, trimmed, older, changed } = state!
-    // A standby that has not yet replayed what was served (the replica moved to another one): wait for it.
-    if (older) return { position: since, horizon: horizonOf(since), changes: [] }
-    if (trimmed) return await listAll(client, position, `the change log was trimmed past the position ${since}`)
-    if (!changed) return { position, horizon: horizonOf(position), changes: [] }
+        pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax($1::pg_snapshot) AS older, pg_is_in_recovery() AS recovery,
+        EXISTS (SELECT 1 FROM directory_changes WHERE ${unreadSql(from, 2)}) AS changed`, [from.snapshot, ...cutOf(from)])
+    const { state, position, parsed, measured } = read
+    if (parsed.history !== from.history) {
+      return await listAll(client, read, `the database is another history than the one served (cluster, timeline, database, change log: ${from.history} then ${parsed.history}): a failover, a restore, or another database`)
+    }
+    if (state.older) {
+      // A standby that has not yet replayed what was served (the replica moved to another one): wait for it, unconfirmed.
+      if (state.recovery) return batchAt(since, from, measured, { changes: [], waiting: `the hot standby has replayed up to ${parsed.xmax}, behind the data served (${from.xmax})` })
+      return await listAll(client, read, `the transaction counter of the primary (${parsed.xmax}) is behind the position served (${from.xmax}): another history`)
+    }
+    if (from.seen === '*') return await listAll(client, read, `more than ${SEEN_MAX} transactions committed past a transaction held open since ${from.xmin} (on a hot standby, the position cannot carry them)`)
+    if (state.trimmed) return await listAll(client, read, `the change log was trimmed past the position ${labelOf(from)}`)
+    if (!state.changed) return batchAt(position, parsed, measured, { changes: [] })
     // Bounded as the records' rows are (a writer may append to the log): a table's name is at most
     // 63 bytes (NAMEDATALEN), and a name past its kind's bound names no record that can be served.
     const { rows } = await client.query<Pending>(`WITH pending AS (
-        SELECT table_name, names, written_at FROM directory_changes WHERE ${PAST_POSITION} AND octet_length(table_name) <= 63
+        SELECT table_name, names, written_at FROM directory_changes WHERE ${unreadSql(from, 1)} AND octet_length(table_name) <= 63
       )
       SELECT table_name, count(*) AS entries, extract(epoch FROM now() - min(written_at)) AS age,
         CASE WHEN bool_or(names IS NULL) THEN NULL ELSE (SELECT coalesce(array_agg(name), '{}') FROM (
           SELECT DISTINCT name FROM pending AS named, unnest(named.names) AS name
             WHERE named.table_name = pending.table_name AND octet_length(name) <= ${NAME_MAX_BYTES} LIMIT ${NAMED_MAX + 1}
         ) AS distinct_names) END AS names
-      FROM pending GROUP BY table_name`, [snapshot, seen])
+      FROM pending GROUP BY table_name`, cutOf(from))
     if (rows.length > 0) {
       events?.behind(rows.reduce((sum, row) => sum + Number(row.entries), 0), Date.now() - Math.max(...rows.map((row) => Number(row.age))) * 1000)
     }
@@ -715,7 +817,7 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
       const names = named.get(kind)!
       return { kind, keys: names === 'all' ? 'all' as const : [...names] }
     })
-    return { position, horizon: horizonOf(position), changes: await readKinds(client, requests) }
+    return batchAt(position, parsed, measured, { changes: await readKinds(client, requests) })
   }
 
   return {

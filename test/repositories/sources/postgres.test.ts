@@ -252,9 +252,8 @@ describe('following changes', () => {
     await until((data) => data.keys.some((key) => key.name === 'gamma') && data.organizations.length === 3)
     const res = await app.inject({ url: '/v1/organization/members', headers: bearer('gamma-key') })
     expect(res.json()).toEqual({ data: [{ id: 'g1', email: 'g1@gamma.example', first_name: null, last_name: null, role: 'org:admin' }], total_count: 1 })
-    // txid_current_snapshot(): xmin:xmax:xip-list.
-    // The snapshot (xmin:xmax:xip-list), and the transactions at or past its xmin whose entries it read.
-    expect(sourcePositions.at(-1)).toMatch(/^\d+:\d+:[\d,]*\/[\d,]*$/)
+    // The snapshot's horizon (xmin:xmax) and a count, and the history: the cluster, its timeline, the database, its log.
+    expect(sourcePositions.at(-1)).toMatch(/^\d+:\d+ \(\d+ in progress\) of history \d+\.\d+\.\d+\.\d+$/)
   })
 
   it('reads every organization again when the list of those changed is too long to notify', async () => {

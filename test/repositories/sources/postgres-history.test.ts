@@ -1,0 +1,269 @@
+import { execFile } from 'node:child_process'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import pg from 'pg'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
+import { createPostgresSource } from '../../../src/repositories/sources/postgres.js'
+import { bearer, build, KEYS, makeData, recordsOf, watchLifecycle } from '../../helper.js'
+import { databaseWith, latencyProxy, serverProgram, startPostgres, type PostgresServer, type Standby } from '../../postgres.js'
+import { startServer } from '../../process.js'
+import { PATIENCE_MS } from '../../patience.js'
+
+// A replica knows which database history it follows, and how current that history is: a failover to
+// a standby that lost transactions, a restore into another cluster, a transaction held open, a standby
+// whose replay is paused, a clock that is off, a writer of the change log. Each once failed silently.
+
+const run = promisify(execFile)
+
+/** A procedure that commits `n` transactions, each running `statement` with `i` (1..n): churn, cheaply. */
+const CHURN = `CREATE OR REPLACE PROCEDURE churn(n integer, statement text) LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1..n LOOP
+    EXECUTE statement USING i;
+    COMMIT;
+  END LOOP;
+END $$`
+
+/** Mints key `prefix-i` in transaction i: its hash made of i, 64 hex characters. */
+const mint = (prefix: string) => `INSERT INTO keys VALUES ('${prefix}-' || $1, md5($1::text) || md5($1::text || 'x'), 'standard', 'org_alpha')`
+
+const lifecycles: Lifecycle[] = []
+const closing: Array<() => Promise<unknown>> = []
+afterEach(async () => {
+  await Promise.all(lifecycles.splice(0).map((lifecycle) => lifecycle.close()))
+  for (const close of closing.splice(0).reverse()) await close().catch(() => {})
+})
+
+/** A client of `url`, ended after the test. */
+async function connect (url: string) {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  client.on('error', () => {})
+  closing.push(() => client.end())
+  return client
+}
+
+/** A lifecycle following `url`, loaded and following, with what watchLifecycle gives and an app over it. */
+async function follow (url: string, { confirmEveryMs = 1000, settings = {} }: { confirmEveryMs?: number, settings?: Record<string, unknown> } = {}) {
+  const lifecycle = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0, pollIntervalMs: 250 }), { confirmEveryMs })
+  lifecycles.push(lifecycle)
+  await lifecycle.load()
+  const watched = watchLifecycle(lifecycle)
+  await watched.followed
+  return { lifecycle, app: build({ snapshots: lifecycle, settings }), ...watched }
+}
+
+/** Milliseconds from now until `answer` gives true, polled every 20 ms for PATIENCE_MS at most. */
+async function msUntil (answer: () => Promise<boolean>) {
+  const start = performance.now()
+  await expect.poll(answer, { timeout: PATIENCE_MS, interval: 20 }).toBe(true)
+  return performance.now() - start
+}
+
+const statusOf = async (app: ReturnType<typeof build>, key: string) => (await app.inject({ url: '/v1/providers', headers: bearer(key) })).statusCode
+
+describe('a replica through a virtual IP, at a failover to a standby that lost transactions', () => {
+  let primary: PostgresServer
+  let standby: Standby
+  beforeAll(async () => { primary = await startPostgres() })
+  afterAll(async () => {
+    await standby?.close()
+    await primary?.close()
+  })
+
+  it('reads every kind again from the new primary, and serves a key revoked there as revoked within 5 s', async () => {
+    const { url, client } = await databaseWith(primary, makeData())
+    closing.push(() => client.end())
+    await client.query(CHURN)
+    standby = await primary.startStandby()
+    await standby.caughtUp()
+    const proxy = await latencyProxy(url, 0)
+    closing.push(proxy.close)
+    const replicas = [await follow(proxy.url), await follow(proxy.url)]
+
+    // The standby stops receiving: the 500 transactions committed next are lost to it.
+    await standby.stop()
+    await client.query('CALL churn(500, $1)', [mint('lost')])
+    for (const { until } of replicas) await until((data) => data.keys.some((key) => key.name === 'lost-500'))
+    await client.end().catch(() => {})
+    await primary.stop()
+    await standby.start()
+    await standby.promote()
+    const database = new URL(url).pathname.slice(1)
+    proxy.retarget(standby.url(database))
+
+    const promoted = await connect(standby.url(database))
+    await promoted.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+    const elapsed = await msUntil(async () => (await Promise.all(replicas.map(({ app }) => statusOf(app, KEYS.alphaStandard)))).every((status) => status === 401))
+    expect(elapsed).toBeLessThan(5000)
+    for (const { lifecycle, app, warnings } of replicas) {
+      // The new primary's state: the transactions it lost are not served.
+      expect(await statusOf(app, KEYS.betaManagement)).toBe(200)
+      expect(lifecycle.info().records.keys).toBe(makeData().keys.length - 1)
+      expect(warnings.some((line) => /every kind read whole.*another history/.test(line))).toBe(true)
+      expect(lifecycle.info().relists).toBe(1)
+    }
+  })
+})
+
+describe('a replica of a primary', () => {
+  let server: PostgresServer
+  beforeAll(async () => { server = await startPostgres() })
+  afterAll(() => server?.close())
+
+  it('revokes within 500 ms while a role with no grant holds a transaction open past 20,000 commits, logs no line past 8 KiB, and shows the held transaction in /metrics', async () => {
+    const { url, client } = await databaseWith(server, makeData())
+    closing.push(() => client.end())
+    await client.query(CHURN)
+    await client.query('CREATE ROLE idle_holder LOGIN')
+    closing.push(() => client.query('DROP ROLE idle_holder'))
+    const lines: string[] = []
+    const lifecycle = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }), { confirmEveryMs: 1000 })
+    lifecycles.push(lifecycle)
+    await lifecycle.load()
+    const logged = (object: object, message: string) => { lines.push(JSON.stringify({ ...object, msg: message })) }
+    await lifecycle.follow({ info: logged, warn: logged, error: logged })
+    const app = build({ snapshots: lifecycle, settings: { METRICS: true } })
+
+    // Another database of the cluster, a role with no grant: BEGIN, an id, then idle.
+    const holderUrl = new URL(url)
+    holderUrl.pathname = '/postgres'
+    holderUrl.username = 'idle_holder'
+    const holder = await connect(holderUrl.toString())
+    await holder.query('BEGIN')
+    await holder.query('SELECT pg_current_xact_id()')
+    await client.query('CALL churn(20000, $1)', ["UPDATE organizations SET name = 'Beta ' || $1 WHERE id = 'org_beta'"])
+    await expect.poll(() => recordsOf(lifecycle.current()).organizations.find((organization) => organization.id === 'org_beta')?.name, { timeout: PATIENCE_MS, interval: 50 }).toBe('Beta 20000')
+
+    await client.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+    const elapsed = await msUntil(async () => await statusOf(app, KEYS.alphaStandard) === 401)
+    expect(elapsed).toBeLessThan(500)
+    const longest = Math.max(...lines.map((line) => Buffer.byteLength(line)))
+    expect(longest).toBeLessThanOrEqual(8192)
+    const metrics = (await app.inject({ url: '/metrics' })).body
+    const held = Number(/^directory_source_oldest_transaction_seconds (\S+)$/m.exec(metrics)?.[1])
+    expect(held).toBeGreaterThan(0)
+    await holder.query('COMMIT')
+  })
+
+  it('refuses to let a writer with the documented grants hide a revocation by writing the change log', async () => {
+    const { url, client } = await databaseWith(server, makeData())
+    closing.push(() => client.end())
+    await client.query('CREATE ROLE log_writer LOGIN')
+    closing.push(() => client.query('DROP OWNED BY log_writer; DROP ROLE log_writer'))
+    // The grants of the release before this one's docs: the tables, and INSERT on the log.
+    await client.query('GRANT SELECT, INSERT, UPDATE, DELETE ON keys, organizations, members, providers, endpoints TO log_writer; GRANT INSERT ON directory_changes TO log_writer')
+    const { app, until } = await follow(url)
+    const writerUrl = new URL(url)
+    writerUrl.username = 'log_writer'
+    const writer = await connect(writerUrl.toString())
+    // Entries claiming the ids of the transactions to come, then a wake-up that reads them.
+    await writer.query("INSERT INTO directory_changes (txid, table_name) SELECT (pg_current_xact_id()::text::bigint + n)::text::xid8, 'keys' FROM generate_series(1, 50) AS n")
+    await writer.query("INSERT INTO keys VALUES ('woken', repeat('a', 64), 'standard', 'org_alpha')")
+    await until((data) => data.keys.some((key) => key.name === 'woken'))
+    await writer.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+    await until((data) => !data.keys.some((key) => key.name === 'alpha-standard'))
+    expect(await statusOf(app, KEYS.alphaStandard)).toBe(401)
+    await expect(writer.query("UPDATE directory_changes SET table_name = 'nothing'")).rejects.toThrow(/permission denied|never changed/)
+  })
+
+  it('stops a key within 1.5 s of the expiry PostgreSQL set, on a replica whose clock runs 300 s slow', async () => {
+    const { url, client } = await databaseWith(server, makeData())
+    closing.push(() => client.end())
+    const replica = await startServer({ DATABASE_URL: url, MAX_STALENESS_MS: '3000', METRICS: 'true' }, { wrapper: ['faketime', '-f', '-300s'] })
+    closing.push(async () => { replica.process.kill('SIGKILL'); await replica.exited })
+    const status = async () => (await fetch(`${replica.url}/v1/providers`, { headers: bearer(KEYS.alphaStandard) })).status
+    expect(await status()).toBe(200)
+    const { rows: [row] } = await client.query<{ at: Date }>("UPDATE keys SET expires_at = now() + interval '3 seconds' WHERE name = 'alpha-standard' RETURNING expires_at AS at")
+    await expect.poll(status, { timeout: PATIENCE_MS, interval: 20 }).toBe(401)
+    // Both on this machine's clock, which PostgreSQL shares.
+    expect(Date.now() - row!.at.getTime()).toBeLessThan(1500)
+    const metrics = await (await fetch(`${replica.url}/metrics`)).text()
+    expect(Number(/^directory_source_clock_offset_seconds (\S+)$/m.exec(metrics)?.[1])).toBeCloseTo(300, 0)
+  })
+})
+
+describe('a restore into a new cluster', () => {
+  let old: PostgresServer
+  let restored: PostgresServer
+  beforeAll(async () => { [old, restored] = await Promise.all([startPostgres(), startPostgres()]) })
+  afterAll(async () => { await Promise.all([old?.close(), restored?.close()]) })
+
+  it('makes every running replica read every kind again, and loses no revocation made after it, on a replica started before or after it', async () => {
+    const { url, client } = await databaseWith(old, makeData())
+    closing.push(() => client.end())
+    await client.query(CHURN)
+    const proxy = await latencyProxy(url, 0)
+    closing.push(proxy.close)
+    const before = await follow(proxy.url)
+    // The old cluster's log holds an entry at every id from here on for 300 transactions: ids the new
+    // cluster's transactions will have after the restore.
+    const target = await restored.createDatabase()
+    const fresh = await connect(target)
+    const newId = async () => Number((await fresh.query<{ id: string }>('SELECT pg_current_xact_id()::text AS id')).rows[0]!.id)
+    const oldId = async () => Number((await client.query<{ id: string }>('SELECT pg_current_xact_id()::text AS id')).rows[0]!.id)
+    const burn = async (id: () => Promise<number>, to: number) => { while (await id() < to) { /* one transaction each */ } }
+    await burn(oldId, await newId() + 200)
+    const dense = await oldId() + 1
+    await client.query('CALL churn(300, $1)', [mint('old')])
+    await before.until((data) => data.keys.some((key) => key.name === 'old-300'))
+
+    const dir = await mkdtemp(join(tmpdir(), 'dump-'))
+    closing.push(() => rm(dir, { recursive: true, force: true }))
+    await run(serverProgram('pg_dump'), ['-Fc', '-f', join(dir, 'dump'), url])
+    await run(serverProgram('pg_restore'), ['-d', target, join(dir, 'dump')])
+    proxy.retarget(target)
+    const after = await follow(target)
+
+    // The new cluster's transactions reach the ids the restored entries carry.
+    await burn(newId, dense + 20)
+    await fresh.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+    await fresh.query("DELETE FROM keys WHERE name = 'beta-management'")
+    for (const { app } of [before, after]) {
+      await expect.poll(async () => [await statusOf(app, KEYS.alphaStandard), await statusOf(app, KEYS.betaManagement)], { timeout: 10_000, interval: 20 }).toEqual([401, 401])
+    }
+    expect(before.lifecycle.info().relists).toBe(1)
+    expect(before.warnings.some((line) => /another history/.test(line))).toBe(true)
+  })
+})
+
+describe('a replica of a hot standby whose replay is paused', () => {
+  let primary: PostgresServer
+  let standby: Standby
+  beforeAll(async () => {
+    primary = await startPostgres()
+    standby = await primary.startStandby()
+  })
+  afterAll(async () => {
+    await standby?.close()
+    await primary?.close()
+  })
+
+  it('stops answering 200 for a key revoked on the primary within MAX_STALENESS_MS, says so, and serves again once replay resumes', async () => {
+    const { url, client } = await databaseWith(primary, makeData())
+    closing.push(() => client.end())
+    await standby.caughtUp()
+    const database = new URL(url).pathname.slice(1)
+    const { app, lifecycle } = await follow(standby.url(database), { settings: { MAX_STALENESS_MS: 3000, METRICS: true } })
+    const control = await connect(standby.url(database))
+    await control.query('SELECT pg_wal_replay_pause()')
+    closing.push(() => control.query('SELECT pg_wal_replay_resume()'))
+
+    await client.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+    const elapsed = await msUntil(async () => await statusOf(app, KEYS.alphaStandard) !== 200)
+    expect(elapsed).toBeLessThan(3000 + 300)
+    const refused = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
+    expect(refused.statusCode).toBe(503)
+    expect(refused.headers['retry-after']).toBeDefined()
+    expect((await app.inject({ url: '/ready' })).statusCode).toBe(503)
+    expect(Number(/^directory_source_replay_lag_seconds (\S+)$/m.exec((await app.inject({ url: '/metrics' })).body)?.[1])).toBeGreaterThan(0)
+
+    await control.query('SELECT pg_wal_replay_resume()')
+    await expect.poll(() => statusOf(app, KEYS.alphaStandard), { timeout: PATIENCE_MS, interval: 20 }).toBe(401)
+    expect(await statusOf(app, KEYS.betaManagement)).toBe(200)
+    expect(lifecycle.info().replayLagSeconds).toBe(0)
+  })
+})
