@@ -9,6 +9,9 @@ const WAKE_DELAY_MS = 5
 /** A failed read is tried again after 100 ms, then twice as long each time, up to this. */
 const MAX_BACKOFF_MS = 5000
 
+/** The source's clock is taken over this process's for keys' expiries only when they differ by this much or more. */
+const CLOCK_TRUSTED_MS = 100
+
 /** Records refused one by one are logged each, up to this many a read; the others in one line that counts them. */
 const REFUSALS_LOGGED = 100
 
@@ -410,7 +413,11 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
     },
     current: snapshot,
     confirmedAt: () => confirmedAt,
-    clockOffsetMs: () => measured?.clockOffsetMs ?? 0,
+    clockOffsetMs () {
+      const offset = measured?.clockOffsetMs ?? 0
+      // A measure is as good as half its round trip: within this, a clock NTP keeps is the better one.
+      return Math.abs(offset) < CLOCK_TRUSTED_MS ? 0 : offset
+    },
     info (): SnapshotInfo {
       const served = snapshot()
       return {
