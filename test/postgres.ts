@@ -24,8 +24,8 @@ export interface PostgresServer {
   readonly dir: string
   /** A new, empty database on this server; its URL (no password: the cluster trusts local connections). */
   createDatabase(): Promise<string>
-  /** A hot standby of this server (a physical streaming replica), running; close it before this server. */
-  startStandby(): Promise<Standby>
+  /** A hot standby of this server (a physical streaming replica), running, with these settings; close it before this server. */
+  startStandby(settings?: Record<string, string>): Promise<Standby>
   /** Stops the server (fast shutdown: connections are cut), keeping its data. */
   stop(): Promise<void>
   /** Starts it again on the same port and data. */
@@ -98,12 +98,12 @@ async function serverFolder (prefix: string) {
  * Starts and stops the cluster in `dir`/data, on `port`, its socket in `dir`, a primary's or a
  * standby's alike: `open` makes it (`create`) and starts it, `close` stops it and removes `dir`.
  */
-function control (bin: string, dir: string, port: number) {
+function control (bin: string, dir: string, port: number, settings: Record<string, string> = {}) {
   const data = join(dir, 'data')
   let running = false
   const start = async () => {
     // Durability is of no use to a test cluster, and costs time at every commit.
-    const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200`
+    const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200${Object.entries(settings).map(([name, value]) => ` -c ${name}=${value}`).join('')}`
     // -w waits until it accepts connections: a standby's, once it has replayed up to a consistent state.
     try {
       await exec(bin, 'pg_ctl', ['-D', data, '-o', options, '-l', join(dir, 'log'), '-w', '-t', '60', 'start'])
@@ -168,11 +168,11 @@ async function withClient<T> (url: string, use: (client: pg.Client) => Promise<T
  * but another process (a second test run on the machine) may bind it before PostgreSQL does: then the
  * cluster is made again on another.
  */
-async function openOnFreePort (bin: string, prefix: string, create: (data: string) => Promise<unknown>) {
+async function openOnFreePort (bin: string, prefix: string, create: (data: string) => Promise<unknown>, settings?: Record<string, string>) {
   for (let attempt = 1; ; attempt++) {
     const dir = await serverFolder(prefix)
     const port = await freePort()
-    const cluster = control(bin, dir, port)
+    const cluster = control(bin, dir, port, settings)
     try {
       await cluster.open(() => create(cluster.data))
       return { dir, port, cluster }
@@ -199,7 +199,7 @@ export async function startPostgres (): Promise<PostgresServer> {
       await withClient(url('postgres'), (client) => client.query(`CREATE DATABASE ${name}`))
       return url(name)
     },
-    startStandby: () => startStandby(bin, port),
+    startStandby: (settings) => startStandby(bin, port, settings),
     stop: cluster.stop,
     start: cluster.start,
     close: cluster.close
@@ -207,11 +207,11 @@ export async function startPostgres (): Promise<PostgresServer> {
 }
 
 /** A hot standby of the server on `primaryPort`, from a base backup of it, on a port of its own. */
-async function startStandby (bin: string, primaryPort: number): Promise<Standby> {
+async function startStandby (bin: string, primaryPort: number, settings: Record<string, string> = {}): Promise<Standby> {
   // -R writes standby.signal and primary_conninfo (the address given here), -X stream copies the WAL
   // written during the backup alongside it, -c fast checkpoints at once rather than at the next one.
   const { port, cluster } = await openOnFreePort(bin, 'pg-standby-', (data) =>
-    exec(bin, 'pg_basebackup', ['-D', data, '-h', '127.0.0.1', '-p', String(primaryPort), '-U', 'postgres', '-R', '-X', 'stream', '-c', 'fast', '--no-sync']))
+    exec(bin, 'pg_basebackup', ['-D', data, '-h', '127.0.0.1', '-p', String(primaryPort), '-U', 'postgres', '-R', '-X', 'stream', '-c', 'fast', '--no-sync']), settings)
   const url = (database: string) => `postgresql://postgres@127.0.0.1:${port}/${database}`
   const primary = `postgresql://postgres@127.0.0.1:${primaryPort}/postgres`
 

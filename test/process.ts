@@ -12,13 +12,14 @@ export interface RunningServer {
 }
 
 /** Starts the built server (dist/server.js) as `npm start` does, on a free port, through `wrapper` when given. */
-export function startServer (env: Record<string, string> = {}, { wrapper = [] }: { wrapper?: string[] } = {}): Promise<RunningServer> {
+export function startServer (env: Record<string, string> = {}, { wrapper = [], onSpawn }: { wrapper?: string[], onSpawn?: (child: ChildProcess) => void } = {}): Promise<RunningServer> {
   // A wrapper runs it (faketime, for a replica whose clock is off).
   const [command, ...args] = [...wrapper, process.execPath, 'dist/server.js']
   const child = spawn(command!, args, {
     env: { PATH: process.env.PATH ?? '', PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe']
   })
+  onSpawn?.(child)
   let output = ''
   child.stdout.on('data', (chunk) => { output += chunk })
   child.stderr.on('data', (chunk) => { output += chunk })

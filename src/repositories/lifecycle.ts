@@ -110,8 +110,8 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
   let history: string | undefined
   /** What the last read measured of the source (PostgreSQL). */
   let measured: SourceMeasures | undefined
-  /** The oldest transaction seen in progress, and since when (ms since the epoch). */
-  let oldestOpen: { id: number, since: number } | undefined
+  /** The oldest transaction seen in progress: since when, and when last (ms since the epoch). */
+  let oldestOpen: { id: number, since: number, seenAt: number } | undefined
   /** Why the source was last seen waiting (a standby behind the data served), while it is. */
   let waiting: string | undefined
   let relists = 0
@@ -188,8 +188,10 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
     if (batch.measured !== undefined) {
       measured = batch.measured
       const open = batch.measured.oldestOpen
+      const now = Date.now()
       if (open === undefined) oldestOpen = undefined
-      else if (oldestOpen?.id !== open) oldestOpen = { id: open, since: Date.now() }
+      else if (oldestOpen?.id !== open) oldestOpen = { id: open, since: now, seenAt: now }
+      else oldestOpen.seenAt = now
     }
     if (batch.waiting !== waiting) {
       if (batch.waiting !== undefined) log?.warn({ source: source.name, position: label, problem: batch.waiting }, 'the source is behind the data served: nothing installed, and the data is not confirmed current until it catches up')
@@ -433,7 +435,8 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
         lag: behind === undefined ? { entries: 0, seconds: 0 } : { entries: behind.entries, seconds: Math.max(0, Date.now() - behind.oldestAt) / 1000 },
         replayLagSeconds: measured === undefined || measured.replayLagMs === null ? undefined : measured.replayLagMs / 1000,
         clockOffsetSeconds: (measured?.clockOffsetMs ?? 0) / 1000,
-        oldestOpenSeconds: oldestOpen === undefined ? 0 : (Date.now() - oldestOpen.since) / 1000,
+        // As of the last read: a transaction that ended since is not counted on.
+        oldestOpenSeconds: oldestOpen === undefined ? 0 : (oldestOpen.seenAt - oldestOpen.since) / 1000,
         relists,
         following
       }

@@ -267,3 +267,80 @@ describe('a replica of a hot standby whose replay is paused', () => {
     expect(lifecycle.info().replayLagSeconds).toBe(0)
   })
 })
+
+describe('a replica held to 40 % of a core, starting on a hot standby while its primary churns and vacuums', () => {
+  // max_standby_streaming_delay is shortened from its 30 s default to 200 ms, so that a whole read of a
+  // test's size lasts longer than it, as a gateway's does on the default. One standby at a time: a
+  // standby's feedback holds back VACUUM on the primary for every other.
+  const SHORT_DELAY = { max_standby_streaming_delay: '200ms' }
+  let primary: PostgresServer
+  let url: string
+  beforeAll(async () => {
+    primary = await startPostgres()
+    const made = await databaseWith(primary, makeData())
+    url = made.url
+    await made.client.query(`INSERT INTO keys SELECT 'bulk-' || i, md5(i::text) || md5(i::text || 'x'), 'standard', 'org_alpha' FROM generate_series(1, 200000) AS i;
+      CREATE TABLE churn (n integer); INSERT INTO churn SELECT generate_series(1, 1000)`)
+    await made.client.end()
+  })
+  afterAll(() => primary?.close())
+
+  /** A standby with these settings, caught up, closed after the test. */
+  async function standbyWith (settings: Record<string, string>) {
+    const standby = await primary.startStandby(settings)
+    closing.push(() => standby.close())
+    await standby.caughtUp()
+    return standby
+  }
+
+  /** Starts a replica on `standby`, stopped 60 ms of every 100 (a CPU quota of 40 %), while the primary updates and vacuums; its start, or why it did not. */
+  async function startThrottled (standby: Standby) {
+    const churner = await connect(url)
+    let starting = true
+    const churning = (async () => {
+      while (starting) {
+        await churner.query('UPDATE churn SET n = n + 1')
+        await churner.query('VACUUM churn')
+      }
+    })()
+    let throttle: NodeJS.Timeout | undefined
+    let throttled = true
+    try {
+      return await startServer({ DATABASE_URL: standby.url(new URL(url).pathname.slice(1)) }, {
+        onSpawn (child) {
+          throttle = setInterval(() => {
+            child.kill('SIGCONT')
+            setTimeout(() => { if (throttled) child.kill('SIGSTOP') }, 40)
+          }, 100)
+          child.once('exit', () => clearInterval(throttle))
+        }
+      }).then((replica) => {
+        throttled = false
+        clearInterval(throttle)
+        replica.process.kill('SIGCONT')
+        closing.push(async () => { replica.process.kill('SIGKILL'); await replica.exited })
+        return { started: true as const, replica }
+      }, (error: Error) => ({ started: false as const, output: error.message }))
+    } finally {
+      throttled = false
+      clearInterval(throttle)
+      starting = false
+      await churning
+    }
+  }
+
+  it('without hot_standby_feedback, the standby cancels its reads, and it says in one line what to set', async () => {
+    const outcome = await startThrottled(await standbyWith(SHORT_DELAY))
+    expect(outcome.started).toBe(false)
+    const lines = (outcome as { output: string }).output.split('\n').filter((line) => line.includes('conflict with recovery'))
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toMatch(/^cannot start: .*set hot_standby_feedback = on on the standby/)
+  })
+
+  it('with hot_standby_feedback on, as the docs set it, it starts and serves', async () => {
+    const outcome = await startThrottled(await standbyWith({ ...SHORT_DELAY, hot_standby_feedback: 'on' }))
+    expect(outcome.started).toBe(true)
+    const { replica } = outcome as { replica: Awaited<ReturnType<typeof startServer>> }
+    expect((await fetch(`${replica.url}/v1/providers`, { headers: bearer(KEYS.alphaStandard) })).status).toBe(200)
+  })
+})
