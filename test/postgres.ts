@@ -22,8 +22,8 @@ export interface PostgresServer {
   readonly port: number
   /** Its folder: the cluster in `data`, the server's log in `log`, its socket. */
   readonly dir: string
-  /** A new, empty database on this server; its URL (no password: the cluster trusts local connections). */
-  createDatabase(): Promise<string>
+  /** A new, empty database on this server, named `name` or the next test_N; its URL (no password: the cluster trusts local connections). */
+  createDatabase(name?: string): Promise<string>
   /** A hot standby of this server (a physical streaming replica), running, with these settings; close it before this server. */
   startStandby(settings?: Record<string, string>): Promise<Standby>
   /** Stops the server (fast shutdown: connections are cut), keeping its data. */
@@ -194,8 +194,7 @@ export async function startPostgres (): Promise<PostgresServer> {
   return {
     port,
     dir,
-    async createDatabase () {
-      const name = `test_${++databases}`
+    async createDatabase (name = `test_${++databases}`) {
       await withClient(url('postgres'), (client) => client.query(`CREATE DATABASE ${name}`))
       return url(name)
     },

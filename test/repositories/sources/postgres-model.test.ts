@@ -1,14 +1,19 @@
+import { execFile } from 'node:child_process'
 import { createHash } from 'node:crypto'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { promisify } from 'node:util'
 import pg from 'pg'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
 import { createPostgresSource } from '../../../src/repositories/sources/postgres.js'
-import { migrate } from '../../../src/repositories/sources/postgres-schema.js'
+import { migrate, trimChanges } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
 import type { Provider } from '../../../src/schemas/provider.js'
 import { bearer, build, KEYS, makeData, recordsOf, sha256 } from '../../helper.js'
-import { startPostgres, type PostgresServer } from '../../postgres.js'
+import { latencyProxy, serverProgram, startPostgres, type PostgresServer } from '../../postgres.js'
 
 /*
  * A model-based test of replicas following PostgreSQL. A seeded generator writes random transactions
@@ -25,6 +30,13 @@ import { startPostgres, type PostgresServer } from '../../postgres.js'
  * everything it has served so far; an answer consistent only with older states fails). At the end,
  * both converge to M_n.
  *
+ * Between transactions, seeded faults of the database's life (a generator of their own, so that a seed
+ * gives the same transactions with or without them): the replicas' connections cut mid-read
+ * (pg_terminate_backend), the change log trimmed under replicas that may lag, a transaction held open in
+ * another database for a few steps, and once per seed a restore: the database dumped and restored into
+ * another cluster, and the replicas' address (a proxy, standing for a virtual IP) moved to it. Each is a new
+ * history or a lost connection the replicas must notice without serving a state M does not have.
+ *
  * MODEL_SEED=<n> runs that seed alone, MODEL_STEPS=<n> sets the number of transactions. A seed gives
  * the same transactions again; the timing of the replicas is the machine's.
  */
@@ -36,9 +48,13 @@ const INSTALL_SAMPLES = process.env.MODEL_INSTALL_SAMPLES !== '0'
 /** The page asked for: as many members as one page holds. */
 const PAGE = 100
 
+const run = promisify(execFile)
+
 let server: PostgresServer
-beforeAll(async () => { server = await startPostgres() })
-afterAll(() => server?.close())
+/** Where a restore goes: another cluster, which the proxy's address moves to. */
+let restored: PostgresServer
+beforeAll(async () => { [server, restored] = await Promise.all([startPostgres(), startPostgres()]) })
+afterAll(() => Promise.all([server?.close(), restored?.close()]))
 
 let url: string
 let admin: pg.Client
@@ -455,6 +471,65 @@ class Chain {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Faults between transactions, seeded apart from the transactions.
+
+function faultsOf (seed: number) {
+  const f = generator(seed ^ 0x2545f491)
+  const counts = { cut: 0, trim: 0, held: 0, restore: 0 }
+  const restoreAt = 40 + f.int(Math.max(1, STEPS - 80))
+  let holder: pg.Client | undefined
+  let heldUntil = 0
+  const holderUrl = () => { const other = new URL(url); other.pathname = '/postgres'; return other.toString() }
+  return {
+    /** After transaction `step` committed: maybe a fault. */
+    async after (step: number, proxy: Awaited<ReturnType<typeof latencyProxy>>) {
+      if (holder !== undefined && step >= heldUntil) {
+        await holder.end()
+        holder = undefined
+      }
+      if (step === restoreAt) {
+        counts.restore++
+        const dir = await mkdtemp(join(tmpdir(), 'model-dump-'))
+        try {
+          await run(serverProgram('pg_dump'), ['-Fc', '-f', join(dir, 'dump'), url])
+          // A database of the same name on another cluster: what the replicas' URL names, at the proxy's new address.
+          const target = await restored.createDatabase(new URL(url).pathname.slice(1))
+          await run(serverProgram('pg_restore'), ['-d', target, join(dir, 'dump')])
+          // Restored whole before the replicas can reach it: a database half restored is no state of M.
+          proxy.retarget(target)
+          await admin.end()
+          url = target
+          admin = new pg.Client({ connectionString: url })
+          await admin.connect()
+        } finally {
+          await rm(dir, { recursive: true, force: true })
+        }
+        return
+      }
+      const roll = f.random()
+      if (roll < 0.03) {
+        counts.cut++
+        await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'model-gateway-directory%'")
+      } else if (roll < 0.05) {
+        counts.trim++
+        await trimChanges(admin, 0)
+      } else if (roll < 0.07 && holder === undefined) {
+        counts.held++
+        holder = new pg.Client({ connectionString: holderUrl() })
+        await holder.connect()
+        await holder.query('BEGIN; SELECT pg_current_xact_id()')
+        heldUntil = step + 1 + f.int(30)
+      }
+    },
+    async end () {
+      await holder?.end()
+      holder = undefined
+    },
+    describe: () => `${counts.cut} cuts, ${counts.trim} trims, ${counts.held} transactions held, ${counts.restore} restore`
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 
 describe('replicas following PostgreSQL, against a model of the transactions committed', () => {
   it.each(SEEDS)('serve only states the database went through, never going back, and converge (seed %i)', async (seed) => {
@@ -496,9 +571,13 @@ describe('replicas following PostgreSQL, against a model of the transactions com
       .filter((step) => step >= 1 && step <= top).sort((a, b) => a - b).slice(-8)
       .map((step) => `  transaction ${step} (M_${step - 1} -> M_${step}): ${transactions[step]!.ops.map((op) => op.what).join('; ')}`)
 
+    // The replicas reach the database through a proxy that a restore moves to another database.
+    const proxy = await latencyProxy(url, 0)
+    const faults = faultsOf(seed)
+
     // The replicas: each loaded, followed (its whole state checked at every install), and served by an app.
     const replicas = await Promise.all(['A', 'B'].map(async (name) => {
-      const lifecycle = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
+      const lifecycle = createLifecycle(createPostgresSource({ url: proxy.url, connectTimeoutMs: 0 }))
       lifecycles.push(lifecycle)
       await lifecycle.load()
       const app = build({ snapshots: lifecycle, settings: { RATE_LIMIT_PER_MINUTE: 0, RATE_LIMIT_ANONYMOUS_PER_MINUTE: 0 } })
@@ -522,7 +601,8 @@ describe('replicas following PostgreSQL, against a model of the transactions com
         },
         error (object: { problem?: string }, message) {
           replica.problems.push(`${message}: ${object.problem ?? ''}`)
-          fail(replica, `logged an error: ${message}: ${object.problem ?? ''}`)
+          // A connection the faults cut is said at level error, and is no failure of the replica.
+          if (!message.startsWith('cannot follow changes')) fail(replica, `logged an error: ${message}: ${object.problem ?? ''}`)
         },
         warn (object: { problem?: string }, message) { replica.problems.push(`${message}: ${object.problem ?? ''}`) }
       })
@@ -706,6 +786,7 @@ describe('replicas following PostgreSQL, against a model of the transactions com
       upper = step
       await admin.query('COMMIT')
       committed = step
+      await faults.after(step, proxy)
       const roll = g.random()
       if (roll < 0.25) continue
       await sleep(roll < 0.7 ? 1 + g.int(5) : 10 + g.int(50))
@@ -728,6 +809,8 @@ describe('replicas following PostgreSQL, against a model of the transactions com
     if (!stop) await sleep(200)
     stop = true
     await Promise.all(pollers)
+    await faults.end()
+    await proxy.close()
 
     // Converged: every key ever minted answers as M_n says, on both replicas.
     if (failures.length === 0) {
@@ -744,6 +827,7 @@ describe('replicas following PostgreSQL, against a model of the transactions com
 
     const seconds = ((performance.now() - started) / 1000).toFixed(1)
     console.log(`postgres-model: seed ${seed}: ${committed} transactions, ${requests} requests and ${samples} states polled, installs ${replicas.map((replica) => `${replica.name} ${replica.installs}`).join(', ')}, ` +
+      `faults ${faults.describe()}, relists ${replicas.map((replica) => `${replica.name} ${replica.lifecycle.info().relists}`).join(', ')}, ` +
       `${failures.length === 0 ? 'no failure' : `${failures.length} failure(s)`} in ${seconds} s`)
     if (failures.length > 0) {
       expect.fail(`${failures.join('\n\n')}\n(replay with MODEL_SEED=${seed}${STEPS === 200 ? '' : ` MODEL_STEPS=${STEPS}`})`)
