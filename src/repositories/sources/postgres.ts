@@ -770,9 +770,11 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
   async function readChanges (client: pg.ClientBase, since: string): Promise<Batch> {
     const from = parsePosition(since)
     // One query when nothing changed, which is what a poll finds most of the time.
-    // Trimmed past the position: a trim that began after it removed entries at or past its xmin.
+    // Trimmed past the position: a trim that began after it removed entries at or past its xmin. A trim
+    // the snapshot cannot have seen is another cluster's, copied by a restore: it says nothing of this one.
     const read = await stateOf<{ trimmed: boolean, older: boolean, changed: boolean, recovery: boolean }>(client, `,
-        (SELECT through >= pg_snapshot_xmin($1::pg_snapshot) AND trimmed_by >= pg_snapshot_xmax($1::pg_snapshot) FROM directory_changes_trimmed) AS trimmed,
+        (SELECT through >= pg_snapshot_xmin($1::pg_snapshot) AND trimmed_by >= pg_snapshot_xmax($1::pg_snapshot)
+          AND pg_visible_in_snapshot(trimmed_by, pg_current_snapshot()) FROM directory_changes_trimmed) AS trimmed,
         pg_snapshot_xmax(pg_current_snapshot()) < pg_snapshot_xmax($1::pg_snapshot) AS older, pg_is_in_recovery() AS recovery,
         EXISTS (SELECT 1 FROM directory_changes WHERE ${unreadSql(from, 2)}) AS changed`, [from.snapshot, ...cutOf(from)])
     const { state, position, parsed, measured } = read

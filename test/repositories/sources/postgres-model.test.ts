@@ -491,6 +491,14 @@ function faultsOf (seed: number) {
         counts.restore++
         const dir = await mkdtemp(join(tmpdir(), 'model-dump-'))
         try {
+          // The cluster restored into is behind the replicas' position, as a new cluster or a standby that
+          // lost transactions is: its transaction ids count from below the ones the replicas have read.
+          const counter = async (client: pg.Client) => Number((await client.query<{ id: string }>('SELECT pg_current_xact_id()::text AS id')).rows[0]!.id)
+          const other = new pg.Client({ connectionString: await restored.createDatabase(`ahead_${seed}`) })
+          await other.connect()
+          const ahead = await counter(other) + 1000
+          await other.end()
+          while (await counter(admin) < ahead) { /* a transaction each */ }
           await run(serverProgram('pg_dump'), ['-Fc', '-f', join(dir, 'dump'), url])
           // A database of the same name on another cluster: what the replicas' URL names, at the proxy's new address.
           const target = await restored.createDatabase(new URL(url).pathname.slice(1))
