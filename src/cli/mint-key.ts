@@ -2,7 +2,7 @@
 // servers read: the database when DATABASE_URL is set, else keys.json of the data folder.
 // Running servers follow the change; no restart.
 import { hash, randomBytes } from 'node:crypto'
-import { access } from 'node:fs/promises'
+import { access, open, readFile, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { isGiven, loadConfig } from '../config.js'
 import { recordProblem, validateRecords } from '../repositories/records.js'
@@ -89,22 +89,24 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
   }
   const file = join(dir, FIXTURE_FILES.keys)
   const write = (keys: ApiKey[]) => writeJsonFile(file, keys)
+  // Each change reads the file, changes it and writes it whole, holding the folder's lock: two commands
+  // at once would each write their own, and one's key would be lost while it says it was recorded.
   return {
     where: file,
     now: async () => Date.now(),
-    async add (key) {
+    add: (key) => withLock(file, async () => {
       const keys = await readKeys(file, true)
       if (keys.some((existing) => existing.name === key.name)) throw new Error(`a key named ${JSON.stringify(key.name)} exists already in ${file}`)
       await write([...keys, key])
-    },
-    async remove (name) {
+    }),
+    remove: (name) => withLock(file, async () => {
       const keys = await readKeys(file, false)
       const kept = keys.filter((key) => key.name !== name)
       if (kept.length === keys.length) return false
       await write(kept)
       return true
-    },
-    async rotate (name, successor, graceMs) {
+    }),
+    rotate: (name, successor, graceMs) => withLock(file, async () => {
       const keys = await readKeys(file, false)
       const old = keys.find((key) => key.name === name)
       if (old === undefined) return undefined
@@ -114,7 +116,7 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
       // One atomic write: both keys, or neither.
       await write([...keys.map((key) => key === old ? ended : key), { ...successor, kind: old.kind, organization_id: old.organization_id }])
       return { kind: old.kind, organization_id: old.organization_id, expires_at: ended.expires_at }
-    },
+    }),
     async list () {
       return (await readKeys(file, false)).map(({ sha256: _hash, ...key }) => key).sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0)
     },
@@ -123,6 +125,43 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
       return Array.isArray(organizations) && organizations.some((organization) => organization?.id === id)
     },
     close: async () => {}
+  }
+}
+
+/** Whether a process of that id runs (one of another user's counts). */
+function running (pid: number) {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+/**
+ * Runs `write` holding `<file>.lock`, made with O_EXCL and holding this process's id: key commands on
+ * one folder run one at a time, and one that finds another under way is refused in one line. A lock
+ * left by a command that died (its process gone) is taken over.
+ */
+async function withLock<T> (file: string, write: () => Promise<T>): Promise<T> {
+  const lock = `${file}.lock`
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const handle = await open(lock, 'wx')
+      await handle.writeFile(String(process.pid))
+      await handle.close()
+      break
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw error
+      const pid = Number(await readFile(lock, 'utf8').catch(() => ''))
+      if (pid > 0 && running(pid)) throw new Error(`another key command (process ${pid}) is writing ${file}; nothing was written: try again once it ends`)
+      await rm(lock, { force: true })
+    }
+  }
+  try {
+    return await write()
+  } finally {
+    await rm(lock, { force: true })
   }
 }
 

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process'
-import { cp, mkdtemp, readFile, rm } from 'node:fs/promises'
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -17,7 +17,13 @@ const run = promisify(execFile)
 const HOUR = 3_600_000
 
 /** npm run key with these arguments, in a store: a folder (--data-dir) or a database (DATABASE_URL). */
-type Store = { args: string[], env: Record<string, string>, keys: () => Promise<ApiKey[]> }
+type Store = {
+  args: string[]
+  env: Record<string, string>
+  keys: () => Promise<ApiKey[]>
+  /** Holds the key of that name as another command changing it would (the row's lock, the folder's lock file); answers the release. */
+  busy: (name: string) => Promise<() => Promise<void>>
+}
 const key = (store: Store, ...args: string[]) => run(process.execPath, ['dist/cli/mint-key.js', ...args, ...store.args], { env: { PATH: process.env.PATH ?? '', ...store.env } })
 
 let server: PostgresServer
@@ -37,7 +43,16 @@ afterEach(async () => {
 })
 
 const stores: Array<[string, () => Promise<Store>]> = [
-  ['a folder', async () => ({ args: ['--data-dir', dir], env: {}, keys: async () => JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8')) })],
+  ['a folder', async () => ({
+    args: ['--data-dir', dir],
+    env: {},
+    keys: async () => JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8')),
+    // A command under way: this process, alive, holds the lock.
+    busy: async () => {
+      await writeFile(join(dir, 'keys.json.lock'), String(process.pid))
+      return () => rm(join(dir, 'keys.json.lock'))
+    }
+  })],
   ['PostgreSQL', async () => {
     const url = await server.createDatabase()
     client = new pg.Client({ connectionString: url })
@@ -48,6 +63,13 @@ const stores: Array<[string, () => Promise<Store>]> = [
     return {
       args: [],
       env: { DATABASE_URL: url },
+      busy: async (name: string) => {
+        const other = new pg.Client({ connectionString: url })
+        await other.connect()
+        await other.query('BEGIN')
+        await other.query('SELECT FROM keys WHERE name = $1 FOR UPDATE', [name])
+        return async () => { await other.query('ROLLBACK'); await other.end() }
+      },
       keys: async () => (await db.query("SELECT name, sha256, kind, organization_id, to_json(expires_at AT TIME ZONE 'UTC') #>> '{}' AS expires_at FROM keys ORDER BY name")).rows
         .map(({ expires_at: at, ...row }) => at === null ? row : { ...row, expires_at: `${String(at).replace(/\.000$/, '')}Z` })
     }
@@ -96,6 +118,24 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
     expect([await members(BUNDLED_MANAGEMENT_KEY), await members(secret)]).toEqual([401, 200])
   })
 
+  it('refuses a rotation while another command changes the key, in one line, writing nothing; then rotates', async () => {
+    const store = await open()
+    const old = (await store.keys()).find((record) => record.kind === 'management')!
+    const before = await store.keys()
+    const release = await store.busy(old.name)
+    let refused: { code: number, stderr: string }
+    try {
+      refused = await key(store, 'rotate', '--name', old.name, '--new-name', 'second').then(() => ({ code: 0, stderr: '' }), (error: { code: number, stderr: string }) => error)
+    } finally {
+      await release()
+    }
+    expect(refused.code).toBe(1)
+    expect(refused.stderr).toMatch(/^another (key )?command .* nothing was written: try again once it ends\n$/)
+    expect(await store.keys()).toEqual(before)
+    await key(store, 'rotate', '--name', old.name, '--new-name', 'second')
+    expect((await store.keys()).some((record) => record.name === 'second')).toBe(true)
+  })
+
   it('keeps the earlier expiry when a key already expiring is rotated, and ends it at once with --grace 0', async () => {
     const store = await open()
     await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'soon', '--expires-at', '2020-01-01T00:00:00Z')
@@ -135,5 +175,16 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
       const error = await key(store, '--kind', 'standard', '--org', 'o', '--name', 'x', ...args).catch((failure: { code: number, stderr: string }) => failure)
       expect(error).toMatchObject({ code: 2, stderr: `${message}; see npm run key -- --help\n` })
     }
+  })
+})
+
+describe('npm run key in a folder, after a command died', () => {
+  it('takes over the lock file it left', async () => {
+    const store = await stores[0]![1]()
+    // A process id no process has (past the kernel's pid_max).
+    await writeFile(join(dir, 'keys.json.lock'), '99999999')
+    await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'after-a-crash')
+    expect((await store.keys()).some((record) => record.name === 'after-a-crash')).toBe(true)
+    await expect(readFile(join(dir, 'keys.json.lock'))).rejects.toThrow(/ENOENT/)
   })
 })

@@ -140,6 +140,12 @@ export async function rotateKey (client: pg.ClientBase, name: string, successor:
   await checkSchema(client)
   await client.query('BEGIN')
   try {
+    // One rotation of a key at a time: another under way (its row locked) refuses this one, which would
+    // otherwise wait, then mint a second successor of a key already rotated.
+    await client.query('SELECT FROM keys WHERE name = $1 FOR UPDATE NOWAIT', [name]).catch((error: { code?: string }) => {
+      if (error.code === '55P03') throw new Error(`another command is changing key ${JSON.stringify(name)} in table keys; nothing was written: try again once it ends`)
+      throw error
+    })
     const { rows: [old] } = await client.query<{ kind: ApiKey['kind'], organization_id: string, expires_at: string }>(
       `UPDATE keys SET expires_at = least(coalesce(expires_at, 'infinity'), now() + $2 * interval '1 millisecond') WHERE name = $1
         RETURNING kind, organization_id, to_json(expires_at) #>> '{}' AS expires_at`, [name, graceMs])
