@@ -20,6 +20,9 @@ const ConfigSchema = Type.Object({
   // Where notifications cannot arrive (a hot standby, a transaction pooler): a read of the change
   // log this often, one small query when nothing changed.
   POLL_INTERVAL_MS: Type.Integer({ default: 1000, minimum: 10, description: 'How often the change log is read where notifications cannot arrive' }),
+  // A read is watched for progress, not given a deadline: a replica short of CPU reads a whole table
+  // for as long as it needs, while a network that froze its connection sends nothing at all.
+  DATABASE_READ_STALL_MS: Type.Integer({ default: 30000, minimum: 1000, description: 'How long a read may go without a byte from PostgreSQL before its connection is dropped and the read tried again' }),
   // Unset, a replica that cannot reach its source serves its last data however old (availability);
   // set, it refuses keyed requests (503) once its data has gone unconfirmed this long (a revocation
   // it cannot see stops mattering after this bound).

@@ -90,6 +90,7 @@ async function main () {
           url: config.DATABASE_URL,
           connectTimeoutMs: config.DATABASE_CONNECT_TIMEOUT_MS,
           pollIntervalMs: config.POLL_INTERVAL_MS,
+          readStallMs: config.DATABASE_READ_STALL_MS,
           onRetry: (line) => process.stderr.write(`${line}\n`)
         })
       : createFileSource(config.DATA_DIR)

@@ -11,7 +11,7 @@ import { BUNDLED_FIXTURES_DIR } from '../src/config.js'
 import { countRecords, describeCounts } from '../src/repositories/records.js'
 import { loadFixtures } from '../src/repositories/sources/files.js'
 import { SCHEMA_VERSION } from '../src/repositories/sources/postgres-schema.js'
-import { DROP_KEY_CHECKS, startPostgres, type PostgresServer } from './postgres.js'
+import { DROP_KEY_CHECKS, sharedPostgres } from './postgres.js'
 import { BUNDLED_MANAGEMENT_KEY, failToStart, freePort, startServer, type RunningServer } from './process.js'
 import { PATIENCE_MS } from './patience.js'
 
@@ -276,15 +276,10 @@ describe('the messages of the tests\' own helpers, as the troubleshooting page q
 })
 
 describe('the lines a server on PostgreSQL writes, as the docs quote them', () => {
-  let postgres: PostgresServer
+  const postgres = sharedPostgres()
   let url: string
-  beforeAll(async () => {
-    postgres = await startPostgres()
-    url = await postgres.createDatabase()
-  })
-  afterAll(async () => {
-    await postgres.close()
-  })
+  beforeAll(async () => { url = await postgres.createDatabase() })
+  afterAll(() => postgres.close())
 
   const DOC_URL = 'postgresql://directory@127.0.0.1:5433/directory'
 

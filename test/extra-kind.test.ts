@@ -52,7 +52,7 @@ const { readRecordBatches } = await import('../src/repositories/sources/file-str
 const { bearer, build, copyWhatDocsRead, KEYS, makeData, watchLifecycle } = await import('./helper.js')
 const { takeConformanceFailures } = await import('./conformance.js')
 const { generateDocs } = await import('../src/docs/generate.js')
-const { listTableSql, startPostgres } = await import('./postgres.js')
+const { listTableSql, sharedPostgres } = await import('./postgres.js')
 
 // What test/setup.ts does for the modules it loaded: the answers of the app built here match its OpenAPI document.
 afterEach(() => { expect(takeConformanceFailures()).toEqual([]) })
@@ -159,9 +159,8 @@ describe('an extra kind from files', () => {
 })
 
 describe('an extra kind in PostgreSQL', () => {
-  let server: Awaited<ReturnType<typeof startPostgres>>
-  beforeAll(async () => { server = await startPostgres() })
-  afterAll(() => server?.close())
+  const server = sharedPostgres()
+  afterAll(() => server.close())
 
   it('is refused in one line until its migration made its table, then imported and exported, counted, fingerprinted, changed live and refused when bad', async () => {
     const url = await server.createDatabase()

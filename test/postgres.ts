@@ -1,4 +1,5 @@
 import { execFile, execFileSync } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
 import { existsSync, readdirSync } from 'node:fs'
 import { chown, mkdtemp, readFile, rm } from 'node:fs/promises'
 import net from 'node:net'
@@ -7,6 +8,7 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import pg from 'pg'
+import { inject } from 'vitest'
 import type { TObject, TSchema } from '@sinclair/typebox'
 import { freePort } from './process.js'
 import type { DirectoryData } from '../src/repositories/records.js'
@@ -16,22 +18,30 @@ import { PATIENCE_MS } from './patience.js'
 
 const run = promisify(execFile)
 
-/** A real PostgreSQL server of the tests' own: a cluster in a temporary folder, on a free port. */
-export interface PostgresServer {
-  /** Its port on 127.0.0.1. */
+/** Databases of a test file on a real PostgreSQL server, its own or the one the run shares. */
+export interface Databases {
+  /** The server's port on 127.0.0.1. */
   readonly port: number
+  /** A new, empty database on the server, named `name` or the next of this file; its URL (no password: the cluster trusts local connections). */
+  createDatabase(name?: string): Promise<string>
+  /** A new database at this build's schema, copied from a template migrated once per cluster (CREATE DATABASE … TEMPLATE); its URL. */
+  createMigratedDatabase(): Promise<string>
+  /** Drops this file's databases, or stops its own server and removes its folder. */
+  close(): Promise<void>
+}
+
+/** A real PostgreSQL server of the tests' own: a cluster in a temporary folder, on a free port. */
+export interface PostgresServer extends Databases {
   /** Its folder: the cluster in `data`, the server's log in `log`, its socket. */
   readonly dir: string
-  /** A new, empty database on this server, named `name` or the next test_N; its URL (no password: the cluster trusts local connections). */
-  createDatabase(name?: string): Promise<string>
+  /** Makes the template of createMigratedDatabase now rather than on first use. */
+  prepareTemplate(): Promise<void>
   /** A hot standby of this server (a physical streaming replica), running, with these settings; close it before this server. */
   startStandby(settings?: Record<string, string>): Promise<Standby>
   /** Stops the server (fast shutdown: connections are cut), keeping its data. */
   stop(): Promise<void>
   /** Starts it again on the same port and data. */
   start(): Promise<void>
-  /** Stops it and removes its folder. */
-  close(): Promise<void>
 }
 
 /** A hot standby of a server of the tests': read-only, it replays what its primary writes. */
@@ -182,22 +192,81 @@ async function openOnFreePort (bin: string, prefix: string, create: (data: strin
   }
 }
 
+/** The database every migrated database of a cluster is copied from: nobody connects to it once made. */
+const TEMPLATE = 'directory_template'
+
+/**
+ * Databases on the cluster on `port`: `prefix` keeps the names of test files that share a cluster
+ * apart. Migrating takes longer than copying a database that holds the schema (CREATE DATABASE …
+ * TEMPLATE), so the schema is migrated once, into TEMPLATE, on first use.
+ */
+function databasesOn (port: number, prefix: string) {
+  const url = (database: string) => `postgresql://postgres@127.0.0.1:${port}/${database}`
+  let databases = 0
+  let template: Promise<unknown> | undefined
+  const create = async (name: string, from?: string) => {
+    await withClient(url('postgres'), (client) => client.query(`CREATE DATABASE ${name}${from === undefined ? '' : ` TEMPLATE ${from}`}`))
+    return url(name)
+  }
+  const prepareTemplate = async () => {
+    template ??= (async () => {
+      const exists = await withClient(url('postgres'), (client) => client.query('SELECT 1 FROM pg_database WHERE datname = $1', [TEMPLATE]))
+      if (exists.rowCount === 0) await withClient(await create(TEMPLATE), (client) => migrate(client))
+    })()
+    await template
+  }
+  return {
+    prepareTemplate,
+    createDatabase: (name = `${prefix}${++databases}`) => create(name),
+    async createMigratedDatabase () {
+      await prepareTemplate()
+      return create(`${prefix}${++databases}`, TEMPLATE)
+    },
+    /** Drops every database this file made. */
+    async dropAll () {
+      await withClient(url('postgres'), async (client) => {
+        const { rows } = await client.query<{ datname: string }>("SELECT datname FROM pg_database WHERE starts_with(datname, $1)", [prefix])
+        for (const { datname } of rows) await client.query(`DROP DATABASE ${datname} WITH (FORCE)`)
+      })
+    }
+  }
+}
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** The port of the PostgreSQL server the run's test files share (test/shared-postgres.ts). */
+    sharedPostgresPort: number
+  }
+}
+
+/**
+ * Databases on the PostgreSQL server every test file of the run shares, started once by
+ * test/shared-postgres.ts: a file makes databases of its own there, and drops them at `close`. A
+ * file that stops the server, starts a standby of it, cuts every session or holds a transaction
+ * open does that to every file: it starts a server of its own (startPostgres).
+ */
+export function sharedPostgres (): Databases {
+  const port = inject('sharedPostgresPort')
+  if (port === undefined) throw new Error('no shared PostgreSQL server: this file runs in the vitest project "programs" (vitest.config.ts), whose globalSetup starts it')
+  // Names apart from those of the files that run at the same time, in this worker or another.
+  const { createDatabase, createMigratedDatabase, dropAll } = databasesOn(port, `f${randomBytes(4).toString('hex')}_`)
+  return { port, createDatabase, createMigratedDatabase, close: dropAll }
+}
+
 export async function startPostgres (): Promise<PostgresServer> {
   const bin = findBinaries()
   // --auth=trust trusts replication connections from 127.0.0.1 too (pg_hba's `host replication all
   // 127.0.0.1/32 trust`), and the defaults let a standby stream: wal_level=replica, max_wal_senders=10.
   const { dir, port, cluster } = await openOnFreePort(bin, 'pg-', (data) =>
     exec(bin, 'initdb', ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--locale=C', '--no-sync']))
-  const url = (database: string) => `postgresql://postgres@127.0.0.1:${port}/${database}`
-  let databases = 0
+  const { createDatabase, createMigratedDatabase, prepareTemplate } = databasesOn(port, 'test_')
 
   return {
     port,
     dir,
-    async createDatabase (name = `test_${++databases}`) {
-      await withClient(url('postgres'), (client) => client.query(`CREATE DATABASE ${name}`))
-      return url(name)
-    },
+    createDatabase,
+    createMigratedDatabase,
+    prepareTemplate,
     startStandby: (settings) => startStandby(bin, port, settings),
     stop: cluster.stop,
     start: cluster.start,
@@ -288,12 +357,11 @@ export async function latencyProxy (url: string, delayMs: number) {
 }
 
 /** A new database on `server`, migrated and holding `data`, and a client connected to it, which the caller ends. */
-export async function databaseWith (server: PostgresServer, data: DirectoryData): Promise<{ url: string, client: pg.Client }> {
-  const url = await server.createDatabase()
+export async function databaseWith (server: Databases, data: DirectoryData): Promise<{ url: string, client: pg.Client }> {
+  const url = await server.createMigratedDatabase()
   const client = new pg.Client({ connectionString: url })
   await client.connect()
   try {
-    await migrate(client)
     await replaceDirectory(client, data)
   } catch (error) {
     await client.end()

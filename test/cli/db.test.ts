@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import pg from 'pg'
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../../src/config.js'
 import { FIXTURE_FILES } from '../../src/repositories/sources/files.js'
 import { countRecords, describeCounts, type DirectoryData } from '../../src/repositories/records.js'
@@ -14,7 +14,7 @@ import { MAX_FILE_BYTES } from '../../src/repositories/json-file.js'
 import { JsonChecker } from '../../src/repositories/json-syntax.js'
 import { MAX_MEMBERS } from '../../src/repositories/member-list.js'
 import { createPostgresSource } from '../../src/repositories/sources/postgres.js'
-import { DROP_KEY_CHECKS, startPostgres, type PostgresServer } from '../postgres.js'
+import { DROP_KEY_CHECKS, sharedPostgres } from '../postgres.js'
 
 /** Every migration of this build, in order. */
 const VERSIONS = Array.from({ length: SCHEMA_VERSION }, (_, i) => i + 1)
@@ -35,9 +35,8 @@ async function readData (dir: string) {
   return Object.fromEntries(entries)
 }
 
-let server: PostgresServer
-beforeAll(async () => { server = await startPostgres() })
-afterAll(() => server?.close())
+const server = sharedPostgres()
+afterAll(() => server.close())
 
 let url: string
 let dir: string

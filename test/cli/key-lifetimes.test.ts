@@ -4,14 +4,13 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import pg from 'pg'
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { loadFixtures } from '../../src/repositories/sources/files.js'
-import { migrate } from '../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../src/repositories/sources/postgres-write.js'
 import type { ApiKey } from '../../src/schemas/fixtures.js'
 import { BUNDLED_MANAGEMENT_KEY } from '../process.js'
 import { bearer, build, sha256 } from '../helper.js'
-import { startPostgres, type PostgresServer } from '../postgres.js'
+import { sharedPostgres } from '../postgres.js'
 
 const run = promisify(execFile)
 const HOUR = 3_600_000
@@ -26,9 +25,8 @@ type Store = {
 }
 const key = (store: Store, ...args: string[]) => run(process.execPath, ['dist/cli/mint-key.js', ...args, ...store.args], { env: { PATH: process.env.PATH ?? '', ...store.env } })
 
-let server: PostgresServer
-beforeAll(async () => { server = await startPostgres() })
-afterAll(() => server?.close())
+const server = sharedPostgres()
+afterAll(() => server.close())
 
 let dir: string
 let client: pg.Client | undefined
@@ -54,10 +52,9 @@ const stores: Array<[string, () => Promise<Store>]> = [
     }
   })],
   ['PostgreSQL', async () => {
-    const url = await server.createDatabase()
+    const url = await server.createMigratedDatabase()
     client = new pg.Client({ connectionString: url })
     await client.connect()
-    await migrate(client)
     await replaceDirectory(client, await loadFixtures('fixtures'))
     const db = client
     return {

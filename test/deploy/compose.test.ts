@@ -7,7 +7,7 @@ import pg from 'pg'
 import { parse } from 'yaml'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { loadConfig } from '../../src/config.js'
-import { startPostgres, type PostgresServer } from '../postgres.js'
+import { sharedPostgres } from '../postgres.js'
 import { startRedis, type RedisServer } from '../redis.js'
 import { BUNDLED_MANAGEMENT_KEY, startServer } from '../process.js'
 
@@ -91,10 +91,10 @@ describe('compose.yaml', () => {
   })
 
   describe('its commands and variables, run against a real PostgreSQL and Redis (no Docker here)', () => {
-    let postgres: PostgresServer
+    const postgres = sharedPostgres()
     let redis: RedisServer
-    beforeAll(async () => { [postgres, redis] = await Promise.all([startPostgres(), startRedis()]) })
-    afterAll(async () => { await Promise.all([postgres?.close(), redis?.close()]) })
+    beforeAll(async () => { redis = await startRedis() })
+    afterAll(async () => { await Promise.all([postgres.close(), redis?.close()]) })
 
     it('migrates, imports the bundled fixtures, and two replicas serve them sharing the rate limits', async () => {
       // What the postgres image does with POSTGRES_USER and POSTGRES_DB: a role that owns its database.

@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, describe, expect, it } from 'vitest'
 import { createLifecycle } from '../../src/repositories/lifecycle.js'
 import { MAX_MEMBERS, MemberList, MemberListBuilder } from '../../src/repositories/member-list.js'
 import { createPostgresSource } from '../../src/repositories/sources/postgres.js'
 import type { Member } from '../../src/schemas/member.js'
 import { KEYS, bearer, build, makeData, watchLifecycle } from '../helper.js'
-import { databaseWith, startPostgres, type PostgresServer } from '../postgres.js'
+import { databaseWith, sharedPostgres } from '../postgres.js'
 
 const members = (count: number, prefix = 'user'): Member[] => Array.from({ length: count }, (_, i) => ({
   id: `${prefix}_${i}`, email: `${prefix}${i}@example.com`, first_name: i % 3 === 0 ? null : `First ${i}`, last_name: 'Ünïcode', role: i === 0 ? 'org:admin' : 'org:member'
@@ -46,9 +46,8 @@ describe('a member list written a chunk at a time', () => {
 })
 
 describe('an organization past the most members, in PostgreSQL', () => {
-  let server: PostgresServer
-  beforeAll(async () => { server = await startPostgres() }, 120_000)
-  afterAll(() => server?.close())
+  const server = sharedPostgres()
+  afterAll(() => server.close())
 
   it('is refused alone in one line while the others keep changing, and is served again once back under it', async () => {
     const { url, client: admin } = await databaseWith(server, makeData())

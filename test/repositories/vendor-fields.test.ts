@@ -1,20 +1,19 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { createLifecycle, type Lifecycle } from '../../src/repositories/lifecycle.js'
 import { createFileSource, FIXTURE_FILES, loadFixtures } from '../../src/repositories/sources/files.js'
 import { createPostgresSource } from '../../src/repositories/sources/postgres.js'
 import type { DirectoryData } from '../../src/repositories/records.js'
 import { KEYS, bearer, build, makeData, makeEndpoint, makeVendorEndpoint } from '../helper.js'
-import { databaseWith, startPostgres, type PostgresServer } from '../postgres.js'
+import { databaseWith, sharedPostgres } from '../postgres.js'
 
 // The fields OpenRouter's newer clients describe in a ZDR endpoint, beyond the spec's copy: a data file
 // and a PostgreSQL document hold them, the schema checks them, and the server serves them as written.
 
-let server: PostgresServer
-beforeAll(async () => { server = await startPostgres() })
-afterAll(() => server?.close())
+const server = sharedPostgres()
+afterAll(() => server.close())
 
 const lifecycles: Lifecycle[] = []
 const folders: string[] = []

@@ -20,23 +20,15 @@ import { copyRows } from './copy-rows.js'
 const MAX_BACKOFF_MS = 5000
 
 /**
- * The listening connection is asked for a round trip this often, and given this long to answer:
- * a connection the network froze without closing it (a NAT or load balancer that dropped the flow)
- * is found within their sum, then every connection is dropped, and the replica reconnects and reads
+ * The listening connection is asked for a round trip this often, and given as long to answer: a
+ * connection the network froze without closing it (a NAT or load balancer that dropped the flow) is
+ * found within twice this, then every connection is dropped, and the replica reconnects and reads
  * what it missed.
  */
 const CHECK_EVERY_MS = 5000
-const CHECK_DEADLINE_MS = 5000
 
 /** TCP keep-alive probes start after this long idle: the kernel's own bound on a dead peer. */
 const KEEP_ALIVE_DELAY_MS = 10_000
-
-/**
- * A read's connection that is silent this long is dropped and the read tried again: a read is
- * watched for progress, not given a deadline (a slow replica reads a whole table for as long as it
- * needs, while PostgreSQL keeps sending).
- */
-const READ_STALL_MS = 30_000
 
 /**
  * How long a notification sent to itself may take to come back on the listening connection: past
@@ -105,7 +97,7 @@ class SocketClient extends pg.Client {
     socket.on('timeout', () => {
       const read = socket.bytesRead
       setImmediate(() => {
-        if (socket.bytesRead === read) socket.destroy(new Error(`no answer from PostgreSQL within ${READ_STALL_MS} ms`))
+        if (socket.bytesRead === read) socket.destroy(new Error(`no answer from PostgreSQL within ${socket.timeout} ms`))
       })
     })
     // A connection ended by the server as it opens (pg_terminate_backend, a restart) can say so in the
@@ -503,7 +495,24 @@ interface Pending {
  * missed: the next read starts from the position. It holds two connections at most: the listening
  * one, where notifications arrive, and one for reads; no session state outside a transaction.
  */
-export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 1000, onRetry }: { url: string, connectTimeoutMs: number, pollIntervalMs?: number, onRetry?: ConnectOptions['onRetry'] }): Source {
+export interface PostgresSourceOptions {
+  url: string
+  /** How long an unreachable database is retried at start (DATABASE_CONNECT_TIMEOUT_MS). */
+  connectTimeoutMs: number
+  /** How often the change log is read where notifications cannot arrive (POLL_INTERVAL_MS). */
+  pollIntervalMs?: number
+  /**
+   * How long a read's connection may stay silent before it is dropped and the read tried again
+   * (DATABASE_READ_STALL_MS): a read is watched for progress, not given a deadline (a slow replica
+   * reads a whole table for as long as it needs, while PostgreSQL keeps sending).
+   */
+  readStallMs?: number
+  /** How often the listening connection is checked, and how long a check may take (CHECK_EVERY_MS). */
+  checkEveryMs?: number
+  onRetry?: ConnectOptions['onRetry']
+}
+
+export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 1000, readStallMs = 30_000, checkEveryMs = CHECK_EVERY_MS, onRetry }: PostgresSourceOptions): Source {
   const location = locationOf(url)
   // One read at a time (the lifecycle reads in order): one connection.
   const pool = new pg.Pool({
@@ -603,11 +612,11 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
     return ['notify', 'notifications arrive on the listening connection']
   }
 
-  /** A round trip on the listening connection every CHECK_EVERY_MS; no answer within CHECK_DEADLINE_MS is a lost connection. */
+  /** A round trip on the listening connection every checkEveryMs; no answer within as long is a lost connection. */
   function checkAlive (client: SocketClient) {
     const timer = setTimeout(() => {
       if (closed || client !== listening) return
-      const deadline = setTimeout(() => connectionLost(client, new Error(`no answer to a check within ${CHECK_DEADLINE_MS} ms`)), CHECK_DEADLINE_MS)
+      const deadline = setTimeout(() => connectionLost(client, new Error(`no answer to a check within ${checkEveryMs} ms`)), checkEveryMs)
       client.query('SELECT 1').then(() => {
         clearTimeout(deadline)
         if (!closed && client === listening) timer.refresh()
@@ -616,7 +625,7 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
         clearTimeout(deadline)
         connectionLost(client, error)
       })
-    }, CHECK_EVERY_MS)
+    }, checkEveryMs)
     timer.unref()
   }
 
@@ -651,11 +660,11 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
     events?.wake()
   }
 
-  /** Runs `use` on the reads' connection, dropped if silent for READ_STALL_MS (a network that froze it). */
+  /** Runs `use` on the reads' connection, dropped if silent for readStallMs (a network that froze it). */
   async function withClient<T> (use: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     const client = await pool.connect()
     const { socket } = client as unknown as SocketClient
-    socket.setTimeout(READ_STALL_MS)
+    socket.setTimeout(readStallMs)
     let broken = false
     // The connection cut between two queries (the server restarted or ended the session, a proxy
     // hung up): the client says so with an 'error' event, which the pool stops listening to while
@@ -680,7 +689,7 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
     return await withClient(async (client) => {
       // No statement timeout, whatever the role's or the database's: a COPY lasts as long as the
       // replica takes to read it, which a deadline would count (a replica held to a fifth of a CPU
-      // could not start at gateway scale). READ_STALL_MS drops a connection PostgreSQL stops
+      // could not start at gateway scale). readStallMs drops a connection PostgreSQL stops
       // answering on. Set for this transaction alone: a transaction pooler refuses settings as
       // startup parameters, and may hand the connection to another client after COMMIT.
       await client.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = 0; SET LOCAL TimeZone = 'UTC'")

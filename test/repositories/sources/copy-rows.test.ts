@@ -1,11 +1,10 @@
 import pg from 'pg'
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest'
+import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { copyRows, type TextRow } from '../../../src/repositories/sources/copy-rows.js'
-import { startPostgres, type PostgresServer } from '../../postgres.js'
+import { sharedPostgres } from '../../postgres.js'
 
-let server: PostgresServer
-beforeAll(async () => { server = await startPostgres() })
-afterAll(() => server?.close())
+const server = sharedPostgres()
+afterAll(() => server.close())
 
 let client: pg.Client
 beforeEach(async () => {

@@ -1,21 +1,19 @@
 import pg from 'pg'
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { KINDS, LIST_KINDS } from '../../../src/registry.js'
-import { checkSchema, migrate } from '../../../src/repositories/sources/postgres-schema.js'
-import { listTableSql, startPostgres, type PostgresServer } from '../../postgres.js'
+import { checkSchema } from '../../../src/repositories/sources/postgres-schema.js'
+import { listTableSql, sharedPostgres } from '../../postgres.js'
 
 // The migrations are frozen SQL: what a new list kind's migration holds is made by listTableSql, and
 // the tables the shipped migrations made are what it makes, so the two cannot drift apart.
 
-let server: PostgresServer
-beforeAll(async () => { server = await startPostgres() })
-afterAll(() => server?.close())
+const server = sharedPostgres()
+afterAll(() => server.close())
 
 let admin: pg.Client
 beforeEach(async () => {
-  admin = new pg.Client({ connectionString: await server.createDatabase() })
+  admin = new pg.Client({ connectionString: await server.createMigratedDatabase() })
   await admin.connect()
-  await migrate(admin)
 })
 afterEach(() => admin.end())
 

@@ -1,9 +1,9 @@
 import pg from 'pg'
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { CHANNEL, SCHEMA_VERSION, migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
 import { makeData, makeProvider } from '../../helper.js'
-import { startPostgres, type PostgresServer } from '../../postgres.js'
+import { sharedPostgres } from '../../postgres.js'
 import { PATIENCE_MS } from '../../patience.js'
 
 // A migration never breaks the release before it (issue 38): the replicas of 1.0.0, the last release,
@@ -78,9 +78,8 @@ const asRead = {
   organizations: data.organizations.map(({ id, name, members }) => ({ id, name, members: members.slice() }))
 }
 
-let server: PostgresServer
-beforeAll(async () => { server = await startPostgres() })
-afterAll(() => server?.close())
+const server = sharedPostgres()
+afterAll(() => server.close())
 
 let url: string
 let client: pg.Client

@@ -1,5 +1,5 @@
 import pg from 'pg'
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../../../src/config.js'
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
 import { type DirectoryData } from '../../../src/repositories/records.js'
@@ -7,25 +7,23 @@ import { LIST_KINDS, RECORD_KINDS } from '../../../src/registry.js'
 import { MAX_MEMBERS } from '../../../src/repositories/member-list.js'
 import { readAll } from '../../../src/repositories/source.js'
 import { loadFixtures } from '../../../src/repositories/sources/files.js'
-import { createPostgresSource, locationOf } from '../../../src/repositories/sources/postgres.js'
+import { createPostgresSource, locationOf, type PostgresSourceOptions } from '../../../src/repositories/sources/postgres.js'
 import { SCHEMA_VERSION, migrate, trimChanges } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
 import { bearer, build, KEYS, makeData, makeProvider, recordsOf, sha256, watchLifecycle } from '../../helper.js'
-import { latencyProxy, startPostgres, type PostgresServer } from '../../postgres.js'
+import { latencyProxy, sharedPostgres } from '../../postgres.js'
 import { PATIENCE_MS } from '../../patience.js'
 
-let server: PostgresServer
-beforeAll(async () => { server = await startPostgres() })
-afterAll(() => server?.close())
+const server = sharedPostgres()
+afterAll(() => server.close())
 
 let url: string
 let admin: pg.Client
 const lifecycles: Lifecycle[] = []
 beforeEach(async () => {
-  url = await server.createDatabase()
+  url = await server.createMigratedDatabase()
   admin = new pg.Client({ connectionString: url })
   await admin.connect()
-  await migrate(admin)
 })
 afterEach(async () => {
   await Promise.all(lifecycles.splice(0).map((lifecycle) => lifecycle.close()))
@@ -41,8 +39,8 @@ async function importData (data: DirectoryData) {
 }
 
 /** A lifecycle over the test database (through `through`, a proxy's URL, when given), loaded, followed, and an app serving it. */
-async function follow (through = url, timeoutMs?: number) {
-  const lifecycle = createLifecycle(createPostgresSource({ url: through, connectTimeoutMs: 0 }))
+async function follow (through = url, timeoutMs?: number, options: Partial<PostgresSourceOptions> = {}) {
+  const lifecycle = createLifecycle(createPostgresSource({ url: through, connectTimeoutMs: 0, ...options }))
   lifecycles.push(lifecycle)
   const data = recordsOf(await lifecycle.load())
   const watched = watchLifecycle(lifecycle, timeoutMs)
@@ -525,7 +523,7 @@ describe('notices and reads that another role or the network spoils', () => {
     await admin.query(`INSERT INTO keys SELECT 'many-' || i, encode(sha256(('many-' || i)::bytea), 'hex'), 'standard', 'org_alpha' FROM generate_series(1, 100000) AS i`)
     const { until, rowsRead, following, followed } = await follow()
     await followed
-    const cut = () => admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'model-gateway-directory%'")
+    const cut = () => admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'model-gateway-directory%'")
     await cut()
     const from = rowsRead.length
     for (let n = 1; n <= 5; n++) {
@@ -604,8 +602,9 @@ describe('notices and reads that another role or the network spoils', () => {
   it('finds a connection frozen by the network, says so, reconnects and reads what it missed', async () => {
     const proxy = await latencyProxy(url, 0)
     try {
-      // Found within the check's period and deadline (10 s), waited for a little longer.
-      const { until, following, followed } = await follow(proxy.url, 15_000)
+      // Found within the check's period and deadline (2 s), waited for a little longer.
+      const checkEveryMs = 1000
+      const { until, following, followed } = await follow(proxy.url, 4 * checkEveryMs, { checkEveryMs })
       await followed
       proxy.freeze()
       await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
