@@ -29,33 +29,43 @@ const portOfUrl = (url: string) => Number(new URL(url).port)
 interface ClientTally {
   /** Statuses of the answers, with `close` when the answer said `Connection: close`. */
   answers: string[]
-  /** A request was outstanding when the connection closed or was reset, and whether it was written before SIGTERM. */
-  lost?: 'written before SIGTERM' | 'written after SIGTERM'
+  /** The request outstanding when the connection closed or was reset: what it was, and when it was written. */
+  lost?: { beforeSigterm: boolean, description: string }
   ended: Promise<void>
 }
+
+/** When SIGTERM was sent, by performance.now(). */
+interface Clock { signalledAt?: number }
 
 /**
  * A keep-alive client on a raw socket: it writes its next request as soon as the previous answer has
  * arrived (the two lists and a member page, in turn), until an answer says `Connection: close`.
  */
-function keepAliveClient (port: number, first: number, clock: { signalled: boolean }, onAnswer: (closing: boolean) => void): ClientTally {
+function keepAliveClient (port: number, first: number, clock: Clock, onAnswer: (closing: boolean) => void): ClientTally {
   const socket = connect(port, '127.0.0.1')
   let text = ''
-  let outstanding: ClientTally['lost']
+  let outstanding: { request: string, writtenAt: number } | undefined
+  let ending = 'closed'
   let next = first
   const send = () => {
-    outstanding = clock.signalled ? 'written after SIGTERM' : 'written before SIGTERM'
-    socket.write(REQUESTS[next++ % REQUESTS.length]!)
+    const request = REQUESTS[next++ % REQUESTS.length]!
+    outstanding = { request, writtenAt: performance.now() }
+    socket.write(request)
   }
   const tally: ClientTally = {
     answers: [],
     ended: new Promise((resolve) => socket.on('close', () => {
-      if (outstanding) tally.lost = outstanding
+      if (outstanding) {
+        const { request, writtenAt } = outstanding
+        const beforeSigterm = clock.signalledAt === undefined || writtenAt < clock.signalledAt
+        const when = clock.signalledAt === undefined ? 'before SIGTERM was sent' : `${Math.abs(clock.signalledAt - writtenAt).toFixed(1)} ms ${beforeSigterm ? 'before' : 'after'} SIGTERM`
+        tally.lost = { beforeSigterm, description: `connection ${first}, request ${tally.answers.length + 1} (${request.slice(0, request.indexOf(' HTTP/'))}), written ${when}: no answer, the connection ${ending}` }
+      }
       resolve()
     }))
   }
   socket.on('connect', send)
-  socket.on('error', () => {})
+  socket.on('error', (error: NodeJS.ErrnoException) => { ending = `ended by ${error.code ?? error.message}` })
   socket.on('data', (chunk: Buffer) => {
     text += chunk.toString('latin1')
     for (let answer = parseAnswer(text); answer !== undefined; answer = parseAnswer(text)) {
@@ -90,7 +100,7 @@ describe('a drain on a busy machine', () => {
     // Below the busy processes: the server's event loop is late, as on a node whose CPU is taken.
     setPriority(server.process.pid!, 10)
     const port = portOfUrl(server.url)
-    const clock = { signalled: false }
+    const clock: Clock = {}
     let served!: () => void
     const serving = new Promise<void>((resolve) => { served = resolve })
     let closing!: () => void
@@ -107,8 +117,8 @@ describe('a drain on a busy machine', () => {
     half.on('error', () => {})
     const request = REQUESTS[0]!
     half.write(request.slice(0, 30))
+    clock.signalledAt = performance.now()
     server.process.kill('SIGTERM')
-    clock.signalled = true
 
     const allEnded = Promise.all(clients.map((client) => client.ended))
     await Promise.race([closingSeen, allEnded])
@@ -120,9 +130,9 @@ describe('a drain on a busy machine', () => {
     const answers = clients.flatMap((client) => client.answers)
     return {
       exit,
-      lostWrittenBeforeSigterm: clients.filter((client) => client.lost === 'written before SIGTERM').length,
+      lostWrittenBeforeSigterm: clients.flatMap((client) => client.lost?.beforeSigterm === true ? [client.lost.description] : []),
       statusesOtherThan200: answers.filter((answer) => !answer.startsWith('200')),
-      lastAnswerWithoutClose: clients.filter((client) => client.lost === undefined && !client.answers.at(-1)?.endsWith('close')).length,
+      lastAnswerWithoutClose: clients.flatMap((client, i) => client.lost === undefined && !client.answers.at(-1)?.endsWith('close') ? [`connection ${i}: its last answer, ${client.answers.at(-1) ?? 'none'}, did not say Connection: close`] : []),
       halfWrittenRequest: halfAnswer ? `${halfAnswer.status}${halfAnswer.headers.connection === 'close' ? ' close' : ''}` : 'no answer'
     }
   }
@@ -130,7 +140,7 @@ describe('a drain on a busy machine', () => {
   it('loses no request written before SIGTERM, and answers one completed after it, over 8 drains', async () => {
     const drains = []
     for (let i = 0; i < 8; i++) drains.push(await drain())
-    expect(drains).toEqual(Array(8).fill({ exit: 0, lostWrittenBeforeSigterm: 0, statusesOtherThan200: [], lastAnswerWithoutClose: 0, halfWrittenRequest: '200 close' }))
+    expect(drains).toEqual(Array(8).fill({ exit: 0, lostWrittenBeforeSigterm: [], statusesOtherThan200: [], lastAnswerWithoutClose: [], halfWrittenRequest: '200 close' }))
   })
 })
 

@@ -1,7 +1,8 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest'
 import { KEYS, bearer, build, captureLogs } from '../helper.js'
 import { Redis } from 'ioredis'
 import { startRedis, type RedisServer } from '../redis.js'
+import { PATIENCE_MS } from '../patience.js'
 
 /**
  * The commands clients make Redis run (those a script runs aside, and the test's own), as MONITOR
@@ -254,11 +255,11 @@ describe('rate limits shared in Redis', () => {
     expect(metric(stalled, 'rate_limit_store_available')).toBe(0)
 
     // After its back-off a request probes Redis again, and counting resumes.
-    let res = await get()
-    for (let tries = 0; res.headers['x-ratelimit-limit'] === undefined && tries < 100; tries++) {
-      await new Promise((resolve) => setTimeout(resolve, 100))
-      res = await get()
-    }
+    const res = await vi.waitFor(async () => {
+      const next = await get()
+      if (next.headers['x-ratelimit-limit'] === undefined) throw new Error('requests still not counted in Redis after its back-off')
+      return next
+    }, { timeout: PATIENCE_MS, interval: 100 })
     expect(res.headers['x-ratelimit-limit']).toBe('100')
     expect(metric((await app.inject({ url: '/metrics' })).body, 'rate_limit_store_available')).toBe(1)
   })
