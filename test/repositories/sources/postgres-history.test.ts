@@ -57,10 +57,10 @@ async function follow (url: string, { confirmEveryMs = 1000, settings = {} }: { 
   return { lifecycle, app: build({ snapshots: lifecycle, settings }), ...watched }
 }
 
-/** Milliseconds from now until `answer` gives true, polled every 20 ms for PATIENCE_MS at most. */
-async function msUntil (answer: () => Promise<boolean>) {
+/** Milliseconds from now until `answer` gives true, polled every 20 ms for PATIENCE_MS at most; past it, a failure that says what never came. */
+async function msUntil (what: string, answer: () => Promise<boolean>) {
   const start = performance.now()
-  await expect.poll(answer, { timeout: PATIENCE_MS, interval: 20 }).toBe(true)
+  await expect.poll(answer, { timeout: PATIENCE_MS, interval: 20, message: `${what}: not within ${PATIENCE_MS} ms` }).toBe(true)
   return performance.now() - start
 }
 
@@ -98,7 +98,7 @@ describe('a replica through a virtual IP, at a failover to a standby that lost t
 
     const promoted = await connect(standby.url(database))
     await promoted.query("DELETE FROM keys WHERE name = 'alpha-standard'")
-    const elapsed = await msUntil(async () => (await Promise.all(replicas.map(({ app }) => statusOf(app, KEYS.alphaStandard)))).every((status) => status === 401))
+    const elapsed = await msUntil('the key revoked on the new primary answered 401 on every replica', async () => (await Promise.all(replicas.map(({ app }) => statusOf(app, KEYS.alphaStandard)))).every((status) => status === 401))
     expect(elapsed).toBeLessThan(5000)
     for (const { lifecycle, app, warnings } of replicas) {
       // The new primary's state: the transactions it lost are not served.
@@ -140,7 +140,7 @@ describe('a replica of a primary', () => {
     await expect.poll(() => recordsOf(lifecycle.current()).organizations.find((organization) => organization.id === 'org_beta')?.name, { timeout: PATIENCE_MS, interval: 50 }).toBe('Beta 20000')
 
     await client.query("DELETE FROM keys WHERE name = 'alpha-standard'")
-    const elapsed = await msUntil(async () => await statusOf(app, KEYS.alphaStandard) === 401)
+    const elapsed = await msUntil('the key revoked under the held transaction answered 401', async () => await statusOf(app, KEYS.alphaStandard) === 401)
     expect(elapsed).toBeLessThan(500)
     const longest = Math.max(...lines.map((line) => Buffer.byteLength(line)))
     expect(longest).toBeLessThanOrEqual(8192)
@@ -258,7 +258,7 @@ describe('a replica of a hot standby whose replay is paused', () => {
     closing.push(() => control.query('SELECT pg_wal_replay_resume()'))
 
     await client.query("DELETE FROM keys WHERE name = 'alpha-standard'")
-    const elapsed = await msUntil(async () => await statusOf(app, KEYS.alphaStandard) !== 200)
+    const elapsed = await msUntil('the key revoked on the primary stopped answering 200 on the paused standby', async () => await statusOf(app, KEYS.alphaStandard) !== 200)
     expect(elapsed).toBeLessThan(3000 + 300)
     const refused = await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })
     expect(refused.statusCode).toBe(503)
