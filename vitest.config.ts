@@ -36,8 +36,8 @@ export default defineConfig({
     reporters: ['default', 'json'],
     outputFile: { json: 'reports/vitest.json' },
     // Most files spend their time waiting on a server, a database or a timer rather than on a core:
-    // one more file than cores runs at once (vitest's default is one fewer). Figures: CONTRIBUTING.md.
-    maxWorkers: availableParallelism() + 1,
+    // two more files than cores run at once (vitest's default is one fewer). Figures: CONTRIBUTING.md.
+    maxWorkers: availableParallelism() + 2,
     // Bounds for a test or a hook that is stuck, not for one that is slow: each waits on the events
     // it expects (test/patience.ts), and a busy machine takes many times its usual time.
     testTimeout: 180_000,

@@ -115,6 +115,32 @@ describe('a replica of a primary', () => {
   beforeAll(async () => { server = await startPostgres() })
   afterAll(() => server?.close())
 
+  // On a server of its own: a transaction open in another database as a replica reads holds its
+  // position's xmin back, and a trim past that xmin is one it cannot tell it read past (a whole read,
+  // rightly, which the second replica here must not need).
+  it('reads every kind whole when the log was trimmed past its position, and says why', async () => {
+    const { url, client: admin } = await databaseWith(server, makeData())
+    closing.push(() => admin.end())
+    const { lifecycle, until, warnings } = await follow(url)
+    await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
+    await until((data) => data.keys.length === 3)
+    // A replica away while entries past its position were trimmed: it cannot know what they named.
+    const stale = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
+    lifecycles.push(stale)
+    await stale.load()
+    await admin.query("DELETE FROM keys WHERE name = 'beta-management'")
+    await until((data) => data.keys.length === 2)
+    expect(await trimChanges(admin, 0)).toBeGreaterThan(0)
+    const watched = watchLifecycle(stale)
+    await watched.until((data) => data.keys.length === 2)
+    expect(watched.warnings.some((warning) => warning.startsWith('every kind read whole: the changes since the position served cannot be told: the change log was trimmed past the position'))).toBe(true)
+    // One that had read past what was trimmed follows on by name.
+    await admin.query("DELETE FROM keys WHERE name = 'alpha-management'")
+    await until((data) => data.keys.length === 1)
+    expect(warnings.filter((warning) => warning.startsWith('every kind read whole'))).toEqual([])
+    expect(lifecycle.current().counts().keys).toBe(1)
+  })
+
   it('revokes within 500 ms while a role with no grant holds a transaction open past 20,000 commits, logs no line past 8 KiB, and shows the held transaction in /metrics', async () => {
     const { url, client } = await databaseWith(server, makeData())
     closing.push(() => client.end())

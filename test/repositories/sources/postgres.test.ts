@@ -8,7 +8,7 @@ import { MAX_MEMBERS } from '../../../src/repositories/member-list.js'
 import { readAll } from '../../../src/repositories/source.js'
 import { loadFixtures } from '../../../src/repositories/sources/files.js'
 import { createPostgresSource, locationOf, type PostgresSourceOptions } from '../../../src/repositories/sources/postgres.js'
-import { SCHEMA_VERSION, migrate, trimChanges } from '../../../src/repositories/sources/postgres-schema.js'
+import { SCHEMA_VERSION, migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
 import { bearer, build, KEYS, makeData, makeProvider, recordsOf, sha256, watchLifecycle } from '../../helper.js'
 import { latencyProxy, sharedPostgres } from '../../postgres.js'
@@ -554,27 +554,6 @@ describe('notices and reads that another role or the network spoils', () => {
     } finally {
       await other.end()
     }
-  })
-
-  it('reads every kind whole when the log was trimmed past its position, and says why', async () => {
-    const { lifecycle, until, warnings } = await follow()
-    await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
-    await until((data) => data.keys.length === 3)
-    // A replica away while entries past its position were trimmed: it cannot know what they named.
-    const stale = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
-    lifecycles.push(stale)
-    await stale.load()
-    await admin.query("DELETE FROM keys WHERE name = 'beta-management'")
-    await until((data) => data.keys.length === 2)
-    expect(await trimChanges(admin, 0)).toBeGreaterThan(0)
-    const watched = watchLifecycle(stale)
-    await watched.until((data) => data.keys.length === 2)
-    expect(watched.warnings.some((warning) => warning.startsWith('every kind read whole: the changes since the position served cannot be told: the change log was trimmed past the position'))).toBe(true)
-    // One that had read past what was trimmed follows on by name.
-    await admin.query("DELETE FROM keys WHERE name = 'alpha-management'")
-    await until((data) => data.keys.length === 1)
-    expect(warnings.filter((warning) => warning.startsWith('every kind read whole'))).toEqual([])
-    expect(lifecycle.current().counts().keys).toBe(1)
   })
 
   it('installs a revocation committed after LISTEN and before the changes are followed', async () => {
