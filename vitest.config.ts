@@ -17,7 +17,7 @@ const PROGRAMS = [
   'test/docs-page.test.ts',
   'test/deploy/{compose,monitoring}.test.ts',
   'test/server.test.ts',
-  'test/plugins/rate-limit.test.ts',
+  'test/plugins/{cors-browser,rate-limit}.test.ts',
   'test/sdk.test.ts',
   'test/container.test.ts',
   'test/build.test.ts',

@@ -1,10 +1,10 @@
-import { existsSync } from 'node:fs'
 import { mkdir, readFile } from 'node:fs/promises'
 import { afterAll, describe, expect, it } from 'vitest'
-import { chromium, type Browser } from 'playwright-core'
+import type { Browser } from 'playwright-core'
 import Fastify from 'fastify'
 import docsPage, { buildDocsApp } from '../src/routes/docs.js'
 import { KINDS, OPERATIONS } from '../src/registry.js'
+import { launchChromium } from './chromium.js'
 import { KEYS, build } from './helper.js'
 
 describe('the reference page at /docs', () => {
@@ -74,21 +74,14 @@ describe('the reference page at /docs', () => {
   })
 })
 
-// Debian's Chromium, never a downloaded browser; .ci/run installs it when it is missing.
-const CHROMIUM = '/usr/bin/chromium'
-// No sandbox (containers, root), no GPU, and none of the background traffic a fresh profile starts.
-const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run']
-
 describe('the reference page at /docs, in a real browser', () => {
   const app = build()
   let browser: Browser | undefined
   afterAll(() => browser?.close())
 
   it('lists every operation of the registry, fetches nothing from outside this server, and leaves a screenshot in reports/', async () => {
-    // Fails (and counts as failed) rather than skips: a page nobody has seen render is not tested.
-    if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: install it with \`apt-get update && apt-get install -y chromium\``)
     const origin = await app.listen({ host: '127.0.0.1', port: 0 })
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS })
+    browser = await launchChromium()
     const context = await browser.newContext({ viewport: { width: 1280, height: 1000 } })
     // Every request of the page passes here: anything not for this server is recorded, then refused.
     const outside: string[] = []

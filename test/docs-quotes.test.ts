@@ -266,7 +266,7 @@ describe('the lines a server on files writes, as the docs quote them', () => {
 
 describe('the messages of the tests\' own helpers, as the troubleshooting page quotes them', () => {
   it.each([
-    ['test/docs-page.test.ts', 'no Chromium at ${CHROMIUM}: install it with \\`apt-get update && apt-get install -y chromium\\`', 'no Chromium at /usr/bin/chromium: install it with `apt-get update && apt-get install -y chromium`'],
+    ['test/chromium.ts', 'no Chromium at ${CHROMIUM}: install it with \\`apt-get update && apt-get install -y chromium\\`', 'no Chromium at /usr/bin/chromium: install it with `apt-get update && apt-get install -y chromium`'],
     ['test/redis.ts', 'cannot run redis-server (apt-get install redis-server): ${error.message}', 'cannot run redis-server (apt-get install redis-server): spawn redis-server ENOENT'],
     ['test/postgres.ts', 'no PostgreSQL server binaries (initdb): install them, e.g. apt-get install -y postgresql', 'no PostgreSQL server binaries (initdb): install them, e.g. apt-get install -y postgresql']
   ])('%s', async (file, source, quote) => {

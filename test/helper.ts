@@ -87,6 +87,18 @@ export function makeVendorEndpoint (i: number, overrides: Partial<Endpoint> = {}
   }
 }
 
+/**
+ * An endpoint as the vendor's own export may hold it: without pricing.image, pricing.request and status,
+ * which its schema makes optional.
+ */
+export function makeSparseVendorEndpoint (i: number): Endpoint {
+  const endpoint = makeEndpoint(i)
+  delete endpoint.pricing.image
+  delete endpoint.pricing.request
+  delete endpoint.status
+  return endpoint
+}
+
 export function makeMembers (prefix: string, count: number): MemberList {
   return MemberList.of(Array.from({ length: count }, (_, i) => ({
     id: `user_${prefix}_${i}`,

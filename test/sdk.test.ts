@@ -6,14 +6,17 @@ import { homedir } from 'node:os'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { promisify } from 'node:util'
+import type { TSchema } from '@sinclair/typebox'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { servedEndpoint } from '../src/schemas/endpoint.js'
-import { KEYS, build, failingSnapshots, makeData, makeEndpoint, makeMembers, makeProvider, makeVendorEndpoint, snapshotsOf, type BuildOptions } from './helper.js'
+import { EndpointRecordSchema, EndpointSchema, servedEndpoint } from '../src/schemas/endpoint.js'
+import { KEYS, build, failingSnapshots, makeData, makeEndpoint, makeMembers, makeProvider, makeSparseVendorEndpoint, makeVendorEndpoint, snapshotsOf, type BuildOptions } from './helper.js'
 
 const run = promisify(execFile)
 
 type Sdk = typeof import('@openrouter/sdk')
 type SdkErrors = typeof import('@openrouter/sdk/models/errors')
+type SdkOperations = typeof import('@openrouter/sdk/models/operations')
+type Loaded = { sdk: Sdk, errors: SdkErrors, operations: SdkOperations }
 
 /** The SDK's view of a record: the same fields, names camel-cased (`privacy_policy_url` → `privacyPolicyUrl`); a map's keys are data, kept. */
 function camelCased (value: unknown, isMap = false): unknown {
@@ -23,6 +26,58 @@ function camelCased (value: unknown, isMap = false): unknown {
     isMap ? key : key.replace(/_([a-z0-9])/g, (_, next: string) => next.toUpperCase()),
     camelCased(field, !isMap && key === 'native_tools')
   ]))
+}
+
+/** What the SDK's zod (v4) schemas show of themselves: enough to walk to the fields of an object. */
+interface Zod {
+  _zod: { def: { type: string, shape?: Record<string, Zod>, in?: Zod, innerType?: Zod, element?: Zod, getter?: () => Zod } }
+  safeParse: (value: unknown) => { success: boolean }
+}
+
+/** The fields of the object a zod schema reads, through transforms, lazies, optionals, nulls and arrays. */
+function zodFields (schema: Zod): Record<string, Zod> | undefined {
+  const { type, shape, in: input, innerType, element, getter } = schema._zod.def
+  if (type === 'object') return shape
+  const inner = { pipe: input, lazy: getter?.(), optional: innerType, nullable: innerType, default: innerType, array: element }[type]
+  return inner === undefined ? undefined : zodFields(inner)
+}
+
+/** The object schema of ours a field holds, through nulls and arrays. */
+function ourObject (schema: TSchema | undefined): TSchema | undefined {
+  if (schema === undefined) return undefined
+  if (schema.type === 'object' && schema.properties !== undefined) return schema
+  if (schema.type === 'array') return ourObject(schema.items as TSchema)
+  return (schema.anyOf as TSchema[] | undefined)?.map(ourObject).find((object) => object !== undefined)
+}
+
+/**
+ * Walks the SDK's reading of an answer field by field, beside our schema of it as served and as the data
+ * holds it: a field the SDK requires must be in every answer (required as served), and a field it makes
+ * optional must be accepted absent from the data (not required there), since an export of the vendor's
+ * leaves it out. Answers every field compared, as `path: required` or `path: optional`, and each breach.
+ */
+function compareFields (theirs: Zod, served: TSchema, record: TSchema, at = ''): { compared: string[], breaches: string[] } {
+  const compared: string[] = []
+  const breaches: string[] = []
+  for (const [name, field] of Object.entries(zodFields(theirs) ?? {})) {
+    const path = at === '' ? name : `${at}.${name}`
+    const optional = field.safeParse(undefined).success
+    compared.push(`${path}: ${optional ? 'optional' : 'required'}`)
+    const ours = { served: served.properties?.[name] as TSchema | undefined, record: record.properties?.[name] as TSchema | undefined }
+    if (ours.served === undefined || ours.record === undefined) {
+      breaches.push(`${path}: the SDK reads it, our schema has no such field`)
+      continue
+    }
+    if (!optional && !(served.required as string[] | undefined)?.includes(name)) breaches.push(`${path}: the SDK requires it, we may serve an answer without it`)
+    if (optional && (record.required as string[] | undefined)?.includes(name)) breaches.push(`${path}: the SDK makes it optional, our data must hold it`)
+    const objects = { served: ourObject(ours.served), record: ourObject(ours.record) }
+    if (zodFields(field) !== undefined && objects.served !== undefined && objects.record !== undefined) {
+      const inner = compareFields(field, objects.served, objects.record, path)
+      compared.push(...inner.compared)
+      breaches.push(...inner.breaches)
+    }
+  }
+  return { compared, breaches }
 }
 
 /** The paths of `ours` (`pricing.inputCacheRead`) that `theirs` lacks. */
@@ -57,17 +112,21 @@ async function installed (version: string): Promise<string> {
   return dir
 }
 
-async function loadSdk (dir: string): Promise<{ sdk: Sdk, errors: SdkErrors }> {
+async function loadSdk (dir: string): Promise<Loaded> {
   const resolve = createRequire(join(dir, 'index.js')).resolve
   return {
     sdk: await import(pathToFileURL(resolve('@openrouter/sdk')).href) as Sdk,
-    errors: await import(pathToFileURL(resolve('@openrouter/sdk/models/errors')).href) as SdkErrors
+    errors: await import(pathToFileURL(resolve('@openrouter/sdk/models/errors')).href) as SdkErrors,
+    operations: await import(pathToFileURL(resolve('@openrouter/sdk/models/operations')).href) as SdkOperations
   }
 }
 
 const newest = await newestPublished().catch((error: Error) => error)
-const clients: Array<{ which: string, load: () => Promise<{ sdk: Sdk, errors: SdkErrors }> }> = [
-  { which: newest === PINNED ? `${PINNED}, pinned, the newest published` : `${PINNED}, pinned`, load: async () => ({ sdk: await import('@openrouter/sdk'), errors: await import('@openrouter/sdk/models/errors') }) }
+const clients: Array<{ which: string, load: () => Promise<Loaded> }> = [
+  {
+    which: newest === PINNED ? `${PINNED}, pinned, the newest published` : `${PINNED}, pinned`,
+    load: async () => ({ sdk: await import('@openrouter/sdk'), errors: await import('@openrouter/sdk/models/errors'), operations: await import('@openrouter/sdk/models/operations') })
+  }
 ]
 if (newest !== PINNED) {
   clients.push({
@@ -97,8 +156,8 @@ async function readmeErrors () {
 const README_ERRORS = await readmeErrors()
 
 // A data set that exercises what a client can trip on: absent optional fields, nulls, negative
-// prices, OpenRouter's newer fields and an endpoint without them, a last page that is full (so the
-// pager must ask once more and get an empty page).
+// prices, OpenRouter's newer fields and an endpoint without them, an endpoint without the fields the
+// vendor makes optional, a last page that is full (so the pager must ask once more and get an empty page).
 const data = makeData({
   organizations: [
     { id: 'org_alpha', name: 'Alpha', members: makeMembers('alpha', 345) },
@@ -124,7 +183,8 @@ const data = makeData({
       pricing: { prompt: '-1', completion: '-1', image: '0', request: '0.005' }
     }),
     makeVendorEndpoint(3),
-    makeVendorEndpoint(4, { native_tools: {}, quantization: 'unknown', supports_voice_cloning: true })
+    makeVendorEndpoint(4, { native_tools: {}, quantization: 'unknown', supports_voice_cloning: true }),
+    makeSparseVendorEndpoint(5)
   ]
 })
 
@@ -139,6 +199,7 @@ describe.each(clients)('the official @openrouter/sdk client $which', ({ load }) 
   let server: Awaited<ReturnType<typeof listen>>
   let OpenRouter: Sdk['OpenRouter']
   let errors: SdkErrors
+  let operations: SdkOperations
   // Retries off: an error must surface at once, not after a back-off.
   const client = (apiKey: string, serverURL = server.serverURL) => new OpenRouter({ apiKey, serverURL, retryConfig: { strategy: 'none' } })
 
@@ -146,6 +207,7 @@ describe.each(clients)('the official @openrouter/sdk client $which', ({ load }) 
     const loaded = await load()
     OpenRouter = loaded.sdk.OpenRouter
     errors = loaded.errors
+    operations = loaded.operations
     server = await listen(snapshotsOf(data))
   })
 
@@ -164,6 +226,14 @@ describe.each(clients)('the official @openrouter/sdk client $which', ({ load }) 
       // An SDK older than native_tools drops it; nothing else may be.
       expect(missing(served[i], endpoint).filter((path) => !path.startsWith('nativeTools')), `endpoint ${i}`).toEqual([])
     })
+  })
+
+  it('reads an endpoint as our schema says it: each field it requires always served, each it makes optional accepted absent from the data', () => {
+    const answer = zodFields(operations.ListEndpointsZdrResponse$inboundSchema as unknown as Zod)!
+    const { compared, breaches } = compareFields(answer.data!, EndpointSchema, EndpointRecordSchema)
+    // The walk reaches every level: the record, its prices, a conditional price, a workload's percentiles.
+    expect(compared).toEqual(expect.arrayContaining(['model_id: required', 'status: optional', 'pricing: required', 'pricing.prompt: required', 'pricing.image: optional', 'pricing.request: optional', 'pricing.overrides.utc_days: optional', 'perf_last_30m_by_workload.text_generation.latency.p50: required']))
+    expect(breaches).toEqual([])
   })
 
   const pagings = [
@@ -232,7 +302,7 @@ describe('the README\'s example script, examples/list-with-sdk.mjs', () => {
       env: { PATH: process.env.PATH ?? '', OPENROUTER_BASE_URL: server.serverURL, OPENROUTER_API_KEY: KEYS.alphaManagement }
     })
     expect(stdout).toContain('3 providers, for example:')
-    expect(stdout).toContain('4 endpoints under zero data retention')
+    expect(stdout).toContain('5 endpoints under zero data retention')
     expect(stdout).toContain('members page: 45 (345 of 345)')
   })
 })

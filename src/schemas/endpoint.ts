@@ -122,14 +122,16 @@ const endpointFields = {
   pricing: Type.Object({
     prompt: PriceSchema('Price of prompt tokens'),
     completion: PriceSchema('Price of completion tokens'),
-    image: PriceSchema('Price of an image'),
-    request: PriceSchema('Price of a request'),
+    // Optional, as the vendor's schema has them: its own records leave them out where there is no such price.
+    image: Type.Optional(PriceSchema('Price of an image')),
+    request: Type.Optional(PriceSchema('Price of a request')),
     ...optionalPrices,
     discount: Type.Optional(Type.Number({ minimum: 0, maximum: 1, description: 'Fraction taken off every price: 0 none, 1 free' })),
-    overrides: Type.Optional(Type.Array(PricingOverrideSchema, { description: 'Conditional prices (long context, hours of the day); the four prices above are those under default conditions' }))
-  }, { additionalProperties: false, description: 'Prices, each a decimal number in a string (-1 marks variable pricing upstream): prompt, completion, image and request always, the others where the provider has them' }),
+    overrides: Type.Optional(Type.Array(PricingOverrideSchema, { description: 'Conditional prices (long context, hours of the day); the prices above are those under default conditions' }))
+  }, { additionalProperties: false, description: 'Prices, each a decimal number in a string (-1 marks variable pricing upstream): prompt and completion always, the others (image and request among them) where the provider has them' }),
   quantization: Nullable(Type.Union(QUANTIZATIONS.map((label) => Type.Literal(label))), { description: 'Quantization of the weights served, or null when not stated' }),
-  status: Type.Integer({ description: 'Numeric status of the endpoint. Known values: 0 (up), -1, -2, -3, -5, -10 (degrees of degradation)' }),
+  // Optional, as the vendor's schema has it: a record exported from the vendor without it must load.
+  status: Type.Optional(Type.Integer({ description: 'Numeric status of the endpoint, absent where the data has none. Known values: 0 (up), -1, -2, -3, -5, -10 (degrees of degradation)' })),
   supported_parameters: Type.Array(Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX }), { description: 'Names of the request parameters the endpoint supports' }),
   supports_implicit_caching: Type.Boolean({ description: 'Whether the endpoint supports implicit caching' }),
   supports_tool_choice: Type.Object({

@@ -1,7 +1,9 @@
 import { request as httpRequest } from 'node:http'
 import { describe, expect, it } from 'vitest'
 import { loadConfig } from '../../src/config.js'
+import { OPERATIONS } from '../../src/registry.js'
 import { KEYS, bearer, build } from '../helper.js'
+import { sdkRequestHeaders } from '../sdk-headers.js'
 
 const DASHBOARD = 'https://dash.example'
 const ORIGINS = `${DASHBOARD}, http://localhost:5173`
@@ -26,6 +28,28 @@ describe('CORS with CORS_ORIGINS', () => {
     expect(String(res.headers['access-control-allow-headers']).split(', ')).toContain('Authorization')
     expect(res.headers['access-control-max-age']).toBe('7200')
     expect(res.headers.vary).toContain('Origin')
+  })
+
+  it('allows the headers the official SDK sends when an app names itself, on each operation', async () => {
+    const sent = await sdkRequestHeaders()
+    expect(sent).toEqual({
+      providersList: ['HTTP-Referer', 'X-OpenRouter-Categories', 'X-OpenRouter-Title'],
+      endpointsListZdrEndpoints: ['HTTP-Referer', 'X-OpenRouter-Categories', 'X-OpenRouter-Title'],
+      organizationListMembers: ['HTTP-Referer', 'X-OpenRouter-Categories', 'X-OpenRouter-Title']
+    })
+    const app = build({ settings: { CORS_ORIGINS: ORIGINS } })
+    // As Chromium writes them in a preflight: lowercased, sorted, comma-separated, Authorization among them.
+    const requested = ['authorization', ...new Set(Object.values(sent).flat().map((name) => name.toLowerCase()))].sort()
+    for (const { path } of OPERATIONS) {
+      const res = await app.inject({
+        method: 'OPTIONS',
+        url: `/v1${path}`,
+        headers: { origin: DASHBOARD, 'access-control-request-method': 'GET', 'access-control-request-headers': requested.join(',') }
+      })
+      expect(res.statusCode, path).toBe(204)
+      expect(res.headers['access-control-allow-origin'], path).toBe(DASHBOARD)
+      expect(String(res.headers['access-control-allow-headers']).toLowerCase().split(', '), path).toEqual(expect.arrayContaining(requested))
+    }
   })
 
   it('lets a listed origin read the answers, errors included, and the rate-limit and request-id headers', async () => {

@@ -1,12 +1,13 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { ListEndpointsZdrResponse$inboundSchema } from '@openrouter/sdk/models/operations'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { createLifecycle, type Lifecycle } from '../../src/repositories/lifecycle.js'
 import { createFileSource, FIXTURE_FILES, loadFixtures } from '../../src/repositories/sources/files.js'
 import { createPostgresSource } from '../../src/repositories/sources/postgres.js'
 import type { DirectoryData } from '../../src/repositories/records.js'
-import { KEYS, bearer, build, makeData, makeEndpoint, makeVendorEndpoint } from '../helper.js'
+import { KEYS, bearer, build, makeData, makeEndpoint, makeSparseVendorEndpoint, makeVendorEndpoint } from '../helper.js'
 import { databaseWith, sharedPostgres } from '../postgres.js'
 
 // The fields OpenRouter's newer clients describe in a ZDR endpoint, beyond the spec's copy: a data file
@@ -49,6 +50,24 @@ describe.each(sources)('endpoints with the vendor\'s newer fields, from %s', (_s
     const res = await app.inject({ url: '/v1/endpoints/zdr', headers: bearer(KEYS.alphaStandard) })
     expect(res.statusCode).toBe(200)
     expect(res.body).toBe(JSON.stringify({ data: [endpoints[0], { ...endpoints[1], native_tools: {} }, endpoints[2]] }))
+  })
+
+  it('without the fields the vendor makes optional (pricing.image, pricing.request, status) are loaded and served without them', async () => {
+    const endpoints = [makeSparseVendorEndpoint(1), makeEndpoint(2)]
+    expect(Object.keys(endpoints[0]!)).not.toContain('status')
+    expect(Object.keys(endpoints[0]!.pricing)).toEqual(['prompt', 'completion'])
+    const lifecycle = await replicaOf(makeData({ endpoints }))
+    lifecycles.push(lifecycle)
+    await lifecycle.load()
+    const app = build({ snapshots: lifecycle })
+    const res = await app.inject({ url: '/v1/endpoints/zdr', headers: bearer(KEYS.alphaStandard) })
+    expect(res.statusCode).toBe(200)
+    expect(res.body).toBe(JSON.stringify({ data: endpoints.map((endpoint) => ({ ...endpoint, native_tools: {} })) }))
+    // The official SDK reads the answer as the vendor's: the fields absent, not filled in.
+    const [sparse, full] = ListEndpointsZdrResponse$inboundSchema.parse(res.json()).data
+    expect(sparse).not.toHaveProperty('status')
+    expect(sparse!.pricing).toEqual({ prompt: endpoints[0]!.pricing.prompt, completion: endpoints[0]!.pricing.completion })
+    expect(full).toMatchObject({ status: 0, pricing: { image: '0', request: '0' } })
   })
 })
 
