@@ -23,7 +23,8 @@ const PROGRAMS = [
   'test/build.test.ts',
   'test/ci-run.test.ts',
   'test/closing-connections.test.ts',
-  'test/live-data.test.ts'
+  'test/live-data.test.ts',
+  'test/npm-scripts.test.ts'
 ]
 
 export default defineConfig({

@@ -55,7 +55,8 @@ export async function startPostgres (settings = {}) {
 
 /** The arguments `npm start` gives node, dist/server.js under `root` last: the benches start the server as it does. */
 export function serverArgs (root) {
-  const start = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).scripts.start.split(' ')
+  // [exec] node <arguments> dist/server.js: a root of an older commit may lack the exec.
+  const start = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).scripts.start.split(' ').filter((word) => word !== 'exec')
   return [...start.slice(1, -1), join(root, start.at(-1))]
 }
 

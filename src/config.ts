@@ -1,7 +1,7 @@
 import { fileURLToPath } from 'node:url'
 import { Type, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import { closest, describeErrors } from './schemas/describe-error.js'
+import { describeErrors, editDistance } from './schemas/describe-error.js'
 
 /** The data set shipped with the service (its fixtures), used when DATA_DIR is not set. */
 export const BUNDLED_FIXTURES_DIR = fileURLToPath(new URL('../fixtures', import.meta.url))
@@ -45,7 +45,9 @@ const ConfigSchema = Type.Object({
   KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ default: 72000, minimum: 1, description: 'How long a connection may stay idle' }),
   HEADERS_TIMEOUT_MS: Type.Integer({ default: 10000, minimum: 1, description: 'How long a client may take to send a request\'s headers' }),
   REQUEST_TIMEOUT_MS: Type.Integer({ default: 30000, minimum: 1, description: 'How long a client may take to send a whole request' }),
-  MAX_CONNECTIONS: Type.Integer({ default: 8000, minimum: 1, description: 'Connections open at once; more are closed on arrival' })
+  MAX_CONNECTIONS: Type.Integer({ default: 8000, minimum: 1, description: 'Connections open at once; more are closed on arrival' }),
+  // Off, a misspelt setting is a warning, which a deployment that never reads its logs misses.
+  STRICT_SETTINGS: Type.Boolean({ default: false, description: 'Refuse to start on a variable that looks like a misspelt setting' })
 })
 
 export type Config = Static<typeof ConfigSchema>
@@ -124,18 +126,48 @@ export function describeSettings (): string {
 export type ConnectionLimits = Pick<Config, 'KEEP_ALIVE_TIMEOUT_MS' | 'HEADERS_TIMEOUT_MS' | 'REQUEST_TIMEOUT_MS' | 'MAX_CONNECTIONS'>
 
 /**
+ * The setting `variable` is a slip of, if any. Underscores do not count (`DATADIR`, `LOGLEVEL`), nor
+ * does case; then at most one edit (two neighbours swapped count as one: `PROT`) for a setting of up to
+ * 7 letters, two for a longer one. One edit, not two, for the short names: `HOME` is two from `HOST`.
+ */
+function settingNear (variable: string, names: string[]): string | undefined {
+  const bare = (name: string) => name.replaceAll('_', '').toUpperCase()
+  let best: string | undefined
+  let bestDistance = Infinity
+  for (const name of names) {
+    // Further apart than a slip whatever their letters: not worth a comparison of every letter with every other.
+    if (Math.abs(bare(name).length - bare(variable).length) > 2) continue
+    const distance = editDistance(bare(variable), bare(name))
+    if (distance < bestDistance) [best, bestDistance] = [name, distance]
+  }
+  return best !== undefined && bestDistance <= Math.min(2, Math.floor(bare(best).length / 4)) ? best : undefined
+}
+
+/**
+ * What Kubernetes (and Docker's links) give a container for each service beside it: `REDIS_PORT`
+ * (tcp://10.0.0.11:6379), `REDIS_PORT_6379_TCP_ADDR`, `REDIS_SERVICE_HOST`. Nobody chose them, so they
+ * are no slip, though a service named redis or data gives them a prefix of ours.
+ */
+function isServiceLink (variable: string, value: string | undefined): boolean {
+  return /_SERVICE_(HOST|PORT)(_[A-Z0-9_]+)?$/.test(variable) ||
+    /_PORT_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?$/.test(variable) ||
+    (variable.endsWith('_PORT') && /^(tcp|udp|sctp):\/\//.test(value ?? ''))
+}
+
+/**
  * The variables of `env` that look like settings of this server but are none (a slip: `LOG_LEVL`,
- * `RATE_LIMIT_PER_MINUTES`), each with the setting it is a slip of, if one is near: a setting spelt
- * wrong would otherwise leave its default in force without a word. A variable looks like one of ours
- * when it shares the first word of a setting of several words (`RATE_`, `DATABASE_`), or is a slip
- * of a setting's name and has several words itself (so that HOME is never taken for HOST).
+ * `DATADIR`, `PROT`), each with the setting it is a slip of, if one is near: a setting spelt wrong
+ * would otherwise leave its default in force without a word. A variable looks like one of ours when it
+ * is a slip of a setting's name, or shares the first word of a setting of several words (`RATE_`,
+ * `DATABASE_`). The usual environment of a process (`HOME`, `HOSTNAME`, `PATH`, `PWD`, `NODE_OPTIONS`,
+ * `npm_config_*`) is neither, and Kubernetes' service variables are left out.
  */
 export function unknownSettings (env: NodeJS.ProcessEnv = process.env): Array<{ variable: string, closest: string | undefined }> {
   const names = Object.keys(ConfigSchema.properties)
   const prefixes = new Set(names.filter((name) => name.includes('_')).map((name) => `${name.split('_')[0]}_`))
-  return Object.keys(env).filter((variable) => !names.includes(variable) && !(variable in FORMER_NAMES)).flatMap((variable) => {
-    const near = closest(variable, names)
-    const ours = [...prefixes].some((prefix) => variable.startsWith(prefix)) || (near !== undefined && variable.includes('_'))
+  return Object.keys(env).filter((variable) => !names.includes(variable) && !(variable in FORMER_NAMES) && !isServiceLink(variable, env[variable])).flatMap((variable) => {
+    const near = settingNear(variable, names)
+    const ours = near !== undefined || [...prefixes].some((prefix) => variable.startsWith(prefix))
     return ours ? [{ variable, closest: near }] : []
   })
 }

@@ -83,6 +83,12 @@ async function main () {
   let lifecycle: Lifecycle
   try {
     config = loadConfig()
+    // Only a slip of a setting's name: a variable that merely shares a prefix (DATABASE_PASSWORD for
+    // another program) is no reason to refuse.
+    const slips = config.STRICT_SETTINGS ? unknownSettings().filter(({ closest }) => closest !== undefined) : []
+    if (slips.length > 0) {
+      throw new Error(`${slips.map(({ variable, closest }) => `${variable} is not a setting of this server: did you mean ${closest}?`).join('; ')} (STRICT_SETTINGS is true)`)
+    }
     // The PostgreSQL client is loaded only for PostgreSQL, not on every start. Each try at reaching
     // it is told as it fails, before the logger exists: a plain line, as refuseToStart writes.
     source = config.DATABASE_URL
@@ -109,6 +115,15 @@ async function main () {
     settings: config,
     log: destination ? { level: config.LOG_LEVEL, stream: destination } : { level: config.LOG_LEVEL, pretty: true }
   })
+
+  // Before `Server listening`, which a reader takes for the end of the start: a warning after it is missed.
+  // Names only: a value may be a secret.
+  for (const [former, name] of Object.entries(FORMER_NAMES)) {
+    if (process.env[former]) app.log.warn({ variable: former, setting: name }, `${former} is the former name of ${name}: it is read as ${name}; rename it`)
+  }
+  for (const { variable, closest } of unknownSettings()) {
+    app.log.warn({ variable, did_you_mean: closest ?? null }, `${variable} is not a setting of this server, and is ignored${closest === undefined ? '' : `: did you mean ${closest}?`}`)
+  }
 
   // SIGHUP reloads, as it does for nginx and most daemons; it never stops the process.
   process.on('SIGHUP', () => lifecycle.reload())
@@ -138,13 +153,6 @@ async function main () {
   await lifecycle.follow(app.log)
   const use = describeUse(config, source)
   app.log.info(use.fields, use.message)
-  // Names only: a value may be a secret.
-  for (const [former, name] of Object.entries(FORMER_NAMES)) {
-    if (process.env[former]) app.log.warn({ variable: former, setting: name }, `${former} is the former name of ${name}: it is read as ${name}; rename it`)
-  }
-  for (const { variable, closest } of unknownSettings()) {
-    app.log.warn({ variable, did_you_mean: closest ?? null }, `${variable} is not a setting of this server, and is ignored${closest === undefined ? '' : `: did you mean ${closest}?`}`)
-  }
   const { version, fingerprint, records, mode } = lifecycle.info()
   app.log.info({ source: source.name, location: source.location, mode, snapshot: { version, fingerprint }, records, docs: `${address}/docs` },
     `directory loaded; changes followed by ${FOLLOWED_BY[mode]}; the API reference is at ${address}/docs`)

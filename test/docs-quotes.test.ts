@@ -141,6 +141,18 @@ describe('the lines a server that cannot start writes, as the docs quote them', 
     for (const page of ['docs/configuration.md', 'docs/troubleshooting.md']) await expectQuoted(page, quote)
   })
 
+  it('a misspelt setting, with STRICT_SETTINGS=true; without it, the warning', async () => {
+    const quote = 'cannot start: PROT is not a setting of this server: did you mean PORT? (STRICT_SETTINGS is true)'
+    const { code, output } = await failToStart({ STRICT_SETTINGS: 'true', PROT: '8080' })
+    expect({ code, output: output.trim() }).toEqual({ code: 1, output: quote })
+    await expectQuoted('docs/configuration.md', quote)
+    const server = await startServer({ PROT: '8080' })
+    servers.push(server)
+    const { msg } = JSON.parse(await logLine(server, 'PROT ')) as { msg: string }
+    expect(msg).toBe('PROT is not a setting of this server, and is ignored: did you mean PORT?')
+    await expectQuoted('docs/configuration.md', msg)
+  })
+
   it('a port in use', async () => {
     const port = await freePort()
     const holder = createServer().listen(port, '127.0.0.1')

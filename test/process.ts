@@ -43,14 +43,19 @@ export function startServer (env: Record<string, string> = {}, { wrapper = [], o
   })
 }
 
-/** Runs the server expecting it to refuse to start; answers its exit code and output. */
+/**
+ * Runs the server expecting it to refuse to start; answers its exit code and output. One that starts
+ * after all is killed after PATIENCE_MS (code SIGKILL), not left serving past the test.
+ */
 export async function failToStart (env: Record<string, string>) {
   const child = spawn(process.execPath, ['dist/server.js'], { env: { PATH: process.env.PATH ?? '', PORT: '0', ...env } })
   let output = ''
   child.stdout.on('data', (chunk) => { output += chunk })
   child.stderr.on('data', (chunk) => { output += chunk })
-  const [code] = await once(child, 'exit')
-  return { code: code as number, output }
+  const timer = setTimeout(() => child.kill('SIGKILL'), PATIENCE_MS)
+  const [code, signal] = await once(child, 'exit')
+  clearTimeout(timer)
+  return { code: (code ?? signal) as number | string, output }
 }
 
 // Ports for servers that must be told their port before they start (a HEALTHCHECK reads PORT; Redis

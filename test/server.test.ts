@@ -214,6 +214,60 @@ describe('settings spelt wrong', () => {
     expect(server.output()).not.toContain('s3cret')
   })
 
+  it('warns of a slip without an underscore too: a letter dropped or swapped, an underscore left out', async () => {
+    const server = await startServer({ DATADIR: '/my/data', PROT: '8080', LOGLEVEL: 'debug', DATABSE_URL: 'postgresql://directory:s3cret@db.example/directory' })
+    server.process.kill('SIGTERM')
+    await server.exited
+    const warnings = server.output().trim().split('\n').map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.level === 40)
+    expect(warnings.map(({ msg }) => msg)).toEqual([
+      'DATADIR is not a setting of this server, and is ignored: did you mean DATA_DIR?',
+      'PROT is not a setting of this server, and is ignored: did you mean PORT?',
+      'LOGLEVEL is not a setting of this server, and is ignored: did you mean LOG_LEVEL?',
+      'DATABSE_URL is not a setting of this server, and is ignored: did you mean DATABASE_URL?'
+    ])
+    expect(server.output()).not.toContain('s3cret')
+  })
+
+  it('warns of nothing in the usual environment of a process, a container\'s, npm\'s or a Kubernetes pod\'s', async () => {
+    const server = await startServer({
+      HOME: '/home/node', HOSTNAME: 'directory-7d4b9c-x2x9q', PWD: '/app', OLDPWD: '/', SHELL: '/bin/sh', USER: 'node', LOGNAME: 'node', LANG: 'C.UTF-8', TERM: 'xterm', TZ: 'UTC', TMPDIR: '/tmp',
+      NODE_ENV: 'production', NODE_VERSION: '24.22.3', YARN_VERSION: '1.22.22', npm_config_loglevel: 'warn', npm_lifecycle_event: 'start', INIT_CWD: '/app', COLOR: '0', EDITOR: 'vi', CI: 'true',
+      HTTP_PROXY: 'http://proxy.example:3128', NO_PROXY: 'localhost',
+      KUBERNETES_SERVICE_HOST: '10.96.0.1', KUBERNETES_SERVICE_PORT: '443', KUBERNETES_PORT: 'tcp://10.96.0.1:443',
+      // A service named redis beside the server, as Kubernetes names its variables.
+      REDIS_SERVICE_HOST: '10.96.0.11', REDIS_SERVICE_PORT: '6379', REDIS_PORT: 'tcp://10.96.0.11:6379', REDIS_PORT_6379_TCP: 'tcp://10.96.0.11:6379', REDIS_PORT_6379_TCP_ADDR: '10.96.0.11', REDIS_PORT_6379_TCP_PORT: '6379', REDIS_PORT_6379_TCP_PROTO: 'tcp'
+    })
+    server.process.kill('SIGTERM')
+    await server.exited
+    const warnings = server.output().trim().split('\n').map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.level === 40)
+    expect(warnings).toEqual([])
+  })
+
+  it('warns before the line that says it listens, where an operator reading the start looks', async () => {
+    const server = await startServer({ PROT: '8080', FIXTURES_DIR: 'fixtures' })
+    server.process.kill('SIGTERM')
+    await server.exited
+    const lines = server.output().trim().split('\n').map((line) => JSON.parse(line) as { level: number, msg: string })
+    const listening = lines.findIndex(({ msg }) => msg.startsWith('Server listening at '))
+    expect(lines.slice(0, listening).filter(({ level }) => level === 40).map(({ msg }) => msg)).toEqual([
+      'FIXTURES_DIR is the former name of DATA_DIR: it is read as DATA_DIR; rename it',
+      'PROT is not a setting of this server, and is ignored: did you mean PORT?'
+    ])
+  })
+
+  it('refuses to start on a slip with STRICT_SETTINGS=true, naming the variable and the setting, exit 1', async () => {
+    expect(await failToStart({ STRICT_SETTINGS: 'true', PROT: '8080' }))
+      .toEqual({ code: 1, output: 'cannot start: PROT is not a setting of this server: did you mean PORT? (STRICT_SETTINGS is true)\n' })
+  })
+
+  it('starts with STRICT_SETTINGS=true beside the usual environment and a variable only named like ours, which it warns of', async () => {
+    const server = await startServer({ STRICT_SETTINGS: 'true', HOME: '/home/node', HOSTNAME: 'directory-7d4b9c-x2x9q', NODE_ENV: 'production', DATABASE_PASSWORD: 's3cret' })
+    server.process.kill('SIGTERM')
+    expect(await server.exited).toBe(0)
+    const warnings = server.output().trim().split('\n').map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.level === 40)
+    expect(warnings.map(({ msg }) => msg)).toEqual(['DATABASE_PASSWORD is not a setting of this server, and is ignored'])
+  })
+
   it('warns of a setting given by its former name, and reads it', async () => {
     const server = await startServer({ FIXTURES_DIR: 'fixtures' })
     server.process.kill('SIGTERM')

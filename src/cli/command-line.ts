@@ -3,6 +3,7 @@
 // line that says so and points to --help, which a script and a reader tell apart from bad data (1).
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util'
 import { warnOfOldNode } from '../node-version.js'
+import { ECHO_MAX, truncate } from '../truncate.js'
 
 const HELP_OPTION = { help: { type: 'boolean', short: 'h' } } as const
 
@@ -28,6 +29,15 @@ export function readCommandLine<T extends ParseArgsOptionsConfig> (command: stri
 export function refuseCommandLine (command: string, problem: string): never {
   process.stderr.write(`${problem}; see npm ${command === 'start' ? 'start' : `run ${command}`} -- --help\n`)
   process.exit(2)
+}
+
+/**
+ * Exits 2 naming the command word not understood, and those that are: a word the usage line has no
+ * room for would otherwise leave the reader to find it there. Quoted as JSON escapes it, and bounded,
+ * so that the line stays one line.
+ */
+export function refuseUnknownCommand (command: string, word: string, known: string): never {
+  refuseCommandLine(command, `unknown command '${truncate(JSON.stringify(word).slice(1, -1), ECHO_MAX)}' (${known})`)
 }
 
 /** --data-dir, and its former name --fixtures-dir (the folder held only the bundled fixtures then), for the commands that read or write a data folder. */

@@ -13,7 +13,7 @@ import { exportDirectory } from '../repositories/sources/postgres-export.js'
 import { RETENTION_MS, migrate, trimChanges } from '../repositories/sources/postgres-schema.js'
 import { formatDuration, parseDuration } from './duration.js'
 import { replaceDirectory, type DirectoryBatches } from '../repositories/sources/postgres-write.js'
-import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine, refuseCommandLine } from './command-line.js'
+import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine, refuseCommandLine, refuseUnknownCommand } from './command-line.js'
 
 /** The exit code of an export that wrote its files without the rows a replica refuses (named on stderr). */
 const EXIT_REFUSED = 3
@@ -85,6 +85,7 @@ async function main () {
     process.stdout.write(commandHelp ? `${commandHelp}\n${DATABASE}` : HELP)
     return
   }
+  if (command !== undefined && !commandHelp) refuseUnknownCommand('db', command, 'migrate, trim, import or export')
   const dir = dataDirOf('db', values)
   const needsDir = command === 'import' || command === 'export'
   if (rest.length > 0 || (needsDir ? !dir : dir !== undefined) || (command !== 'trim' && values['older-than'] !== undefined) || !commandHelp) refuseCommandLine('db', USAGE)

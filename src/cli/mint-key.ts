@@ -13,7 +13,7 @@ import { deleteKey, insertKey, listKeys, organizationExists, rotateKey } from '.
 import { timestampMs, timestampText } from '../schemas/formats.js'
 import { formatDuration, parseDuration } from './duration.js'
 import { KEY_KINDS, type ApiKey } from '../schemas/fixtures.js'
-import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine, refuseCommandLine } from './command-line.js'
+import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine, refuseCommandLine, refuseUnknownCommand } from './command-line.js'
 
 const USAGE = 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--expires-in <duration> | --expires-at <time>] [--data-dir <dir>]' +
   ' | npm run key -- rotate --name <label> [--grace <duration>] [--new-name <label>] [--data-dir <dir>]' +
@@ -217,6 +217,10 @@ async function main () {
   if (values.help) {
     process.stdout.write(HELP)
     return
+  }
+  // Minting takes no command word, so `mint` is as unknown as any other.
+  if (positionals[0] !== undefined && !['rotate', 'revoke', 'list'].includes(positionals[0])) {
+    refuseUnknownCommand('key', positionals[0], 'rotate, revoke or list; a key is minted without one')
   }
   const command = positionals[0] ?? 'mint'
   const kind = KEY_KINDS.find((k) => k === values.kind)

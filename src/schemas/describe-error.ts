@@ -122,7 +122,7 @@ function unknownFieldMessage (field: string, known: string[]): string {
 }
 
 /** The candidate a slip away from `field`, if any: the nearest, at most two edits and fewer than a third of its letters. */
-export function closest (field: string, candidates: string[]): string | undefined {
+function closest (field: string, candidates: string[]): string | undefined {
   let best: string | undefined
   let bestDistance = Infinity
   for (const candidate of candidates) {
@@ -134,14 +134,20 @@ export function closest (field: string, candidates: string[]): string | undefine
   return best !== undefined && bestDistance <= Math.min(2, Math.ceil(field.length / 3)) ? best : undefined
 }
 
-/** Levenshtein distance: insertions, deletions and substitutions, one row at a time. */
-function editDistance (a: string, b: string): number {
+/**
+ * Edits from `a` to `b`: insertions, deletions, substitutions, and two neighbours swapped (`PROT` for
+ * `PORT`), which a typist makes as one slip, not two (the optimal string alignment distance).
+ */
+export function editDistance (a: string, b: string): number {
+  let before: number[] = []
   let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
   for (let i = 1; i <= a.length; i++) {
     const row = [i]
     for (let j = 1; j <= b.length; j++) {
       row[j] = Math.min(previous[j]! + 1, row[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1))
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) row[j] = Math.min(row[j]!, before[j - 2]! + 1)
     }
+    before = previous
     previous = row
   }
   return previous[b.length]!

@@ -61,10 +61,24 @@ describe('a command line a command does not understand', () => {
   })
 
   it.each([
+    ['key', 'mint-key.js', "unknown command 'frob' (rotate, revoke or list; a key is minted without one)"],
+    ['db', 'db.js', "unknown command 'frob' (migrate, trim, import or export)"],
+    // They take no command: a word is an argument they do not take.
+    ['check', 'check.js', "unexpected argument 'frob'"],
+    ['docs', 'write-docs.js', "unexpected argument 'frob'"]
+  ])('npm run %s -- frob names the command it does not know and points to --help, exit 2', async (name, file, problem) => {
+    const { code, stdout, stderr } = await command(file, 'frob')
+    expect({ code, stdout, stderr }).toEqual({ code: 2, stdout: '', stderr: `${problem}; see npm run ${name} -- --help\n` })
+  })
+
+  it.each([
     ['check.js', ['--data-dir'], "option '--data-dir <value>' argument missing; see npm run check -- --help\n"],
     ['check.js', ['fixtures'], "unexpected argument 'fixtures'; see npm run check -- --help\n"],
     ['write-docs.js', ['now'], "unexpected argument 'now'; see npm run docs -- --help\n"],
-    ['db.js', ['dump'], 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --data-dir <dir> | export --data-dir <dir>; see npm run db -- --help\n'],
+    ['db.js', [], 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --data-dir <dir> | export --data-dir <dir>; see npm run db -- --help\n'],
+    ['db.js', ['dump', '--data-dir', 'x'], "unknown command 'dump' (migrate, trim, import or export); see npm run db -- --help\n"],
+    ['mint-key.js', ['mint', '--kind', 'standard', '--org', 'o', '--name', 'x'], "unknown command 'mint' (rotate, revoke or list; a key is minted without one); see npm run key -- --help\n"],
+    ['db.js', ['fr\nob'], "unknown command 'fr\\nob' (migrate, trim, import or export); see npm run db -- --help\n"],
     ['mint-key.js', ['-x'], "unknown option '-x'; see npm run key -- --help\n"]
   ])('%s %j: one line saying what is wrong, exit 2', async (file, args, line) => {
     const { code, stdout, stderr } = await command(file, ...args)

@@ -336,7 +336,7 @@ describe('npm run db -- export beside rows the schema refuses', () => {
 describe('npm run db', () => {
   it.each([
     [['import'], 'usage:'],
-    [['dump', '--data-dir', '/tmp'], 'usage:'],
+    [['dump', '--data-dir', '/tmp'], "unknown command 'dump'"],
     [['migrate', 'now'], 'usage:']
   ])('refuses %o with one line, exit 2', async (args, message) => {
     await expect(db(url, ...args)).rejects.toMatchObject({ code: 2, stderr: expect.stringMatching(new RegExp(`^${message}[^\\n]*\\n$`)) })

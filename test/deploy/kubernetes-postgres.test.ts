@@ -101,7 +101,7 @@ describe('the PostgreSQL variant of the Kubernetes manifests (deploy/kubernetes-
     const scripts = JSON.parse(await readFile('package.json', 'utf8')).scripts as Record<string, string>
     const spec = cronJob.spec!.jobTemplate.spec!.template.spec!
     const container = spec.containers[0]!
-    expect(`node scripts/build.mjs --if-stale && ${container.command!.slice(0, 3).join(' ')}`).toBe(scripts.db)
+    expect(`node scripts/build.mjs --if-stale && exec ${container.command!.slice(0, 3).join(' ')}`).toBe(scripts.db)
     expect(container.command!.slice(3)).toEqual(['trim'])
     expect(cronJob.spec!.concurrencyPolicy).toBe('Forbid')
     expect(container.image).toBe(deployment.spec!.template.spec!.containers[0]!.image)
@@ -112,7 +112,7 @@ describe('the PostgreSQL variant of the Kubernetes manifests (deploy/kubernetes-
   it('migrates with the command of npm run db -- migrate, in the service\'s image, as the node user', async () => {
     const scripts = JSON.parse(await readFile('package.json', 'utf8')).scripts as Record<string, string>
     const container = job.spec!.template.spec!.containers[0]!
-    expect(`node scripts/build.mjs --if-stale && ${container.command!.slice(0, 3).join(' ')}`).toBe(scripts.db)
+    expect(`node scripts/build.mjs --if-stale && exec ${container.command!.slice(0, 3).join(' ')}`).toBe(scripts.db)
     expect(container.command!.slice(3)).toEqual(['migrate'])
     expect(container.image).toBe(deployment.spec!.template.spec!.containers[0]!.image)
     expect(job.spec!.template.spec!.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 1000 })
