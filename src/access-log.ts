@@ -1,7 +1,7 @@
 import { hostname } from 'node:os'
 import { LogController, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify'
 import { stdSerializers, type Bindings, type ChildLoggerOptions, type DestinationStream } from 'pino'
-import { redactAndTruncate, redactSecrets } from './secrets.js'
+import { redactSecrets, redactUrl } from './secrets.js'
 
 /** Node.js accepts URLs of up to 16 KiB; a line keeps the first KiB, enough to tell any request of ours. */
 const LOGGED_URL_MAX = 1024
@@ -11,7 +11,7 @@ const LOGGED_URL_MAX = 1024
  * (by mistake, or as a client that takes keys in the query): the log is read by more people than
  * hold keys.
  */
-const loggedUrl = (url: string) => redactAndTruncate(url, LOGGED_URL_MAX)
+const loggedUrl = (url: string) => redactUrl(url, LOGGED_URL_MAX)
 
 /**
  * pino's serializers of a request and of an error, Fastify's but for secrets: a line of Fastify's own

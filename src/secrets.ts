@@ -27,9 +27,39 @@ export function containsSecret (text: string): boolean {
   return text.length >= SHORTEST && ((text.includes('sk-') && KEY.test(text)) || HASH.test(text))
 }
 
-/** `text` with everything shaped like a key or a key's hash replaced by `[redacted]`. */
+
+/**
+ * A percent escape of an unreserved character (RFC 3986: letters, digits, `-`, `.`, `_`, `~`), every
+ * character a key is made of. Decoding these is the normalization RFC 3986 (6.2.2.2) allows: the URL
+ * means the same and reads better, whereas a reserved or non-ASCII escape keeps its meaning only encoded.
+ */
+const UNRESERVED_ESCAPE = /%(2[dDeE]|3[0-9]|[46][1-9a-fA-F]|[57][0-9aA]|5[fF]|7[eE])/g
+
+/**
+ * `url` cut to `max` characters with everything shaped like a key or a key's hash replaced by
+ * `[redacted]`, as redactAndTruncate() does, after the escapes of unreserved characters are decoded:
+ * a client may encode any character of a key (`%73k-or-v1-…`, `%61` for a hex `a`), and the server
+ * reads the key the same. Escapes are decoded one at a time, so a malformed one (`%zz`, `%E0%A4%A`)
+ * stays as it is and cannot stop the rest being searched. A decoded character comes from at most three
+ * of the URL, so three times the part searched is all that is decoded.
+ */
+export function redactUrl (url: string, max: number): string {
+  const decodedMax = 3 * (max + REACH)
+  return redactAndTruncate(decodeUnreserved(url.length > decodedMax ? url.slice(0, decodedMax) : url), max)
+}
+
+function decodeUnreserved (text: string): string {
+  return text.includes('%') ? text.replace(UNRESERVED_ESCAPE, (_escape, hex: string) => String.fromCharCode(parseInt(hex, 16))) : text
+}
+
+/**
+ * `text` with everything shaped like a key or a key's hash replaced by `[redacted]`, escapes of
+ * unreserved characters decoded first as redactUrl() does: what this cleans (an error's message and
+ * stack, for the log) may quote a URL as the client wrote it.
+ */
 export function redactSecrets (text: string): string {
-  return text.length < SHORTEST ? text : text.replace(SECRETS, REDACTED)
+  if (text.length < SHORTEST) return text
+  return decodeUnreserved(text).replace(SECRETS, REDACTED)
 }
 
 /**

@@ -3,6 +3,11 @@ import { bearer, build, captureLogs, failingSnapshots, KEYS, makeData, sha256 } 
 
 const TIME = /,"time":[0-9]+,/
 
+/** `text` with each hex letter written as its percent escape (`%66` for `f`), as a client may send a key. */
+function encodeHexLetters (text: string, escapePrefix = '%6') {
+  return text.replace(/[a-f]/g, (letter) => `${escapePrefix}${letter.charCodeAt(0) - 0x60}`)
+}
+
 describe('access line', () => {
   it('is the very line pino writes for the same fields, escapes included', async () => {
     const logs = captureLogs()
@@ -41,6 +46,12 @@ describe('access line', () => {
     ['in the query', `/v1/providers?key=${key}`, bearer(KEYS.alphaStandard), 200, '/v1/providers?key=[redacted]'],
     ['as a hash in a query parameter that refuses it', `/v1/organization/members?offset=${hash}`, bearer(KEYS.alphaManagement), 400, '/v1/organization/members?offset=[redacted]'],
     ['in a URL that cannot be decoded', `/%E0%A4%A/${key}`, {}, 400, '/%E0%A4%A/[redacted]'],
+    ['with its first letter percent-encoded', `/v1/providers?key=%73${key.slice(1)}`, bearer(KEYS.alphaStandard), 200, '/v1/providers?key=[redacted]'],
+    ['with its hex letters percent-encoded', `/v1/providers?key=${encodeHexLetters(key)}`, bearer(KEYS.alphaStandard), 200, '/v1/providers?key=[redacted]'],
+    ['split across encodings', `/v1/providers?a=1&key=s%6b%2Dor-v1-${key.slice(9, 40)}${encodeHexLetters(key.slice(40), '%4')}&b=%7e`, bearer(KEYS.alphaStandard), 200, '/v1/providers?a=1&key=[redacted]&b=~'],
+    ['encoded beside malformed percent sequences', `/v1/providers?x=%zz%7&key=%%73${encodeHexLetters(key.slice(1))}%E0%A4%A`, bearer(KEYS.alphaStandard), 200, '/v1/providers?x=%zz%7&key=%[redacted]%E0%A4%A'],
+    ['encoded, in a URL that cannot be decoded', `/%E0%A4%A/%73${key.slice(1)}`, {}, 400, '/%E0%A4%A/[redacted]'],
+    ['encoded, in the path', `/${encodeHexLetters(key)}`, {}, 404, '/[redacted]'],
     ['past the part of a long URL the line keeps', `/v1/providers?q=${'x'.repeat(1000)}&key=${key}`, bearer(KEYS.alphaStandard), 200, `/v1/providers?q=${'x'.repeat(1000)}&key=[redacted]…`]
   ])('keeps a key sent %s out of the line, and out of the answer', async (_case, url, headers, status, logged) => {
     const logs = captureLogs()
@@ -52,6 +63,21 @@ describe('access line', () => {
       expect(logs.raw.join('\n').toLowerCase()).not.toContain(secret.slice(0, 32))
       expect(res.body.toLowerCase()).not.toContain(secret.slice(0, 32))
     }
+    // A key as the client encoded it is no less a key (the hash case sends none).
+    const sentKey = /(s|%73)(k|%6b)(-|%2d)or.*?(?=&|$|%e0)/i.exec(url)?.[0]
+    if (sentKey) {
+      expect(logs.raw.join('\n')).not.toContain(sentKey.slice(-24))
+      expect(res.body).not.toContain(sentKey.slice(-24))
+    }
+  })
+
+  it('keeps a percent-encoded key out of the error logged for a 5xx', async () => {
+    const logs = captureLogs()
+    const url = `/v1/providers?key=%73${encodeHexLetters(key.slice(1))}`
+    const app = build({ log: logs.log, snapshots: failingSnapshots(makeData(), new Error(`cannot serve ${url}`)) })
+    expect((await app.inject({ url, headers: bearer(KEYS.alphaStandard) })).statusCode).toBe(500)
+    expect(logs.lines.find((line) => line.msg === 'request failed')).toMatchObject({ err: { message: 'cannot serve /v1/providers?key=[redacted]' } })
+    expect(logs.raw.join('\n')).not.toContain(url.slice(-24))
   })
 
   it('keeps a key out of the error logged for a 5xx, whatever the error quotes', async () => {

@@ -6,7 +6,7 @@ import type { Duplex } from 'node:stream'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ErrorSchema } from '../schemas/common.js'
 import { logRawAnswer, logRequestCompleted } from '../access-log.js'
-import { redactAndTruncate } from '../secrets.js'
+import { redactAndTruncate, redactUrl } from '../secrets.js'
 import { ECHO_MAX } from '../truncate.js'
 import { REQUEST_ID_HEADER, newRequestId } from './request-id.js'
 import { announcesBody } from './request-checks.js'
@@ -45,7 +45,7 @@ function hasUnreadBody (request: FastifyRequest): boolean {
 
 /** Every operation answers GET and HEAD only. */
 const ALLOWED_METHODS = 'GET, HEAD'
-const methodNotAllowed = (method: string | undefined, path: string) => `Method ${method} is not allowed on ${redactAndTruncate(path, ECHO_MAX)}; use GET`
+const methodNotAllowed = (method: string | undefined, path: string) => `Method ${method} is not allowed on ${redactUrl(path, ECHO_MAX)}; use GET`
 
 /** 4xx keep their clear message; a 5xx says only its status, and its real cause goes to the log. */
 function sendError (error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
@@ -70,7 +70,7 @@ function sendError (error: FastifyError, request: FastifyRequest, reply: Fastify
  */
 export function frameworkErrors (error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
   // Fastify's message quotes the whole URL, up to 16 KiB of it.
-  const bounded = error.code === 'FST_ERR_BAD_URL' ? Object.assign(error, { message: `'${redactAndTruncate(request.url, ECHO_MAX)}' is not a valid url component` }) : error
+  const bounded = error.code === 'FST_ERR_BAD_URL' ? Object.assign(error, { message: `'${redactUrl(request.url, ECHO_MAX)}' is not a valid url component` }) : error
   sendError(bounded, request, reply.header(REQUEST_ID_HEADER, request.id))
   logRequestCompleted(request, reply)
 }
@@ -140,7 +140,7 @@ async function errorsPlugin (app: FastifyInstance) {
     if (request.method !== 'GET' && request.method !== 'HEAD' && app.hasRoute({ method: 'GET', url: path })) {
       return reply.code(405).header('allow', ALLOWED_METHODS).send(errorBody(405, methodNotAllowed(request.method, path)))
     }
-    return reply.code(404).send(errorBody(404, `Not found: ${request.method} ${redactAndTruncate(path, ECHO_MAX)}`))
+    return reply.code(404).send(errorBody(404, `Not found: ${request.method} ${redactUrl(path, ECHO_MAX)}`))
   })
 }
 

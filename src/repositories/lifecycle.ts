@@ -260,7 +260,7 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
     }
     if ('upsert' in read && isKeyed(kind)) {
       const remove = refused.size === 0 ? read.remove : [...read.remove, ...refused.keys()]
-      return { kind, change, rowsRead: read.rowsRead, finish: (next) => namedIndex(kind, next.indexes[kind], read.upsert as never, remove) }
+      return { kind, change, rowsRead: read.rowsRead, finish: (next) => namedIndex(kind, next.indexes[kind], read.upsert as never, remove, refused) }
     }
     const index = await applyChange(snapshot().indexes[kind], read)
     return {
@@ -295,27 +295,31 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
   }
 
   /** The index with these records in and out, noted for a compaction under way. */
-  function namedIndex<K extends KeyedKind> (kind: K, index: Index<K>, upsert: ReadonlyArray<unknown>, remove: readonly string[]): Index<K> {
+  function namedIndex<K extends KeyedKind> (kind: K, index: Index<K>, upsert: ReadonlyArray<unknown>, remove: readonly string[], refused: ReadonlyMap<string, string>): Index<K> {
     const noted = compacting.get(kind)
     if (noted !== undefined) {
       const keyField = KINDS[kind].key
       for (const record of upsert) noted.add((record as Record<string, string>)[keyField]!)
       for (const key of remove) noted.add(key)
     }
-    return withRecords(index, upsert as never, remove)
+    return withRecords(index, upsert as never, remove, refused)
   }
 
-  /** The records of these keys as `from` serves them, put into `index` (or taken out of it, where `from` has none). */
+  /** The records of these keys as `from` serves them, put into `index` (or taken out of it, where `from` has none), refused where `from` refuses them. */
   function carryOver<K extends KeyedKind> (index: Index<K>, from: Index<RecordKind>, keys: Iterable<string>): Index<K> {
     const served = (from as Index<KeyedKind>).byKey as { get(key: string): unknown }
+    const servedRefused = 'refused' in from ? from.refused : new Map<string, string>()
     const upsert: unknown[] = []
     const remove: string[] = []
+    const refused = new Map<string, string>()
     for (const key of keys) {
       const record = served.get(key)
       if (record === undefined) remove.push(key)
       else upsert.push(record)
+      const problem = servedRefused.get(key)
+      if (problem !== undefined) refused.set(key, problem)
     }
-    return withRecords(index, upsert as never, remove)
+    return withRecords(index, upsert as never, remove, refused)
   }
 
   /** Installs the changes of one batch in one snapshot. */
@@ -365,12 +369,12 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
      */
     async load () {
       const started = Date.now()
-      const { batch, wholes, refused } = await readWhole(source)
+      const { batch, wholes, refused, refusedKeys } = await readWhole(source)
       note(batch)
       confirm(batch, started)
       refusedAtStart = refused
       for (const kind of new Set(refused.map((refusal) => refusal.kind))) changes[kind].failed++
-      current = await createSnapshot(wholes, ++version)
+      current = await createSnapshot(wholes, ++version, refusedKeys)
       moveTo(batch)
       return current
     },

@@ -5,7 +5,7 @@ import { KeyTable, KeyTableBuilder, expiryOf, hashOfKey } from './key-table.js'
 import { createSlicer } from './slices.js'
 import { type Loaded, type Organization } from './records.js'
 import { KINDS, RECORD_KINDS, type RecordKind } from '../registry.js'
-import type { Change, Whole } from './source.js'
+import type { Change, RefusedKeys, Whole } from './source.js'
 import { serializeList, type SerializedList } from '../representation.js'
 import type { MemberPage } from './member-list.js'
 import type { ListKind } from '../registry.js'
@@ -35,6 +35,12 @@ interface KeyIndex extends KeyedIndex<ApiKey> {
 interface OrganizationIndex extends KeyedIndex<Organization> {
   /** Members of all organizations. */
   readonly members: number
+  /**
+   * The organizations the source holds but whose records were refused (more members than the most,
+   * a bad member row), with what is wrong: not served, yet told apart from one that does not exist,
+   * whose keys' holders would otherwise be told their organization is gone.
+   */
+  readonly refused: ReadonlyMap<string, string>
 }
 
 /** How the snapshot indexes each kind, by the registry's `index`. */
@@ -84,10 +90,15 @@ export class Snapshot {
     return expiryOf(key)
   }
 
-  /** A page of the organization's members, or undefined when the organization does not exist. */
+  /** A page of the organization's members, or undefined when the organization does not exist or is refused. */
   memberPage (organizationId: string, offset: number, limit: number): MemberPage | undefined {
     const organization = this.indexes.organizations.byKey.get(organizationId)
     return organization?.members.page(offset, limit)
+  }
+
+  /** Whether the source holds the organization but its records were refused, so that it is not served. */
+  isRefused (organizationId: string): boolean {
+    return this.indexes.organizations.refused.has(organizationId)
   }
 
   counts (): RecordCounts {
@@ -119,9 +130,9 @@ export class Snapshot {
 }
 
 /** The first snapshot, from every kind read whole. */
-export async function createSnapshot (changes: { [K in RecordKind]: Whole<K> }, version = 1): Promise<Snapshot> {
+export async function createSnapshot (changes: { [K in RecordKind]: Whole<K> }, version = 1, refused: RefusedKeys = {}): Promise<Snapshot> {
   const indexes = Object.fromEntries(await Promise.all(RECORD_KINDS.map(async (kind) =>
-    [kind, await applyChange(undefined, { kind, all: changes[kind] } as Change)] as const)))
+    [kind, await applyChange(undefined, { kind, all: changes[kind], refused: refused[kind] } as Change)] as const)))
   return new Snapshot(version, indexes as unknown as Indexes)
 }
 
@@ -197,7 +208,7 @@ function sumAfter<T> (sum: number, edits: ReadonlyArray<Edit<T>>, rules: KeyedRu
 async function applyOrganizations (previous: OrganizationIndex | undefined, change: Change<'organizations'>): Promise<OrganizationIndex> {
   if (!('all' in change)) {
     if (previous === undefined) throw new Error('a change of named records needs the index it edits')
-    return withOrganizationEdits(previous, editsTo(previous.byKey, change.upsert, change.remove, organizationRules))
+    return withRecords(previous, change.upsert, change.remove, change.refused) as OrganizationIndex
   }
   // Every organization: a new base, the index in place left as it is.
   const slicer = createSlicer()
@@ -210,17 +221,41 @@ async function applyOrganizations (previous: OrganizationIndex | undefined, chan
     members += record.members.length
     if (slicer.due()) await slicer.pause()
   }
-  return { byKey: LayeredMap.of(map), sum, members }
+  return { byKey: LayeredMap.of(map), sum, members, refused: change.refused ?? NONE_REFUSED }
 }
 
-function withOrganizationEdits (previous: OrganizationIndex, edits: ReadonlyArray<Edit<Organization>>): OrganizationIndex {
+const NONE_REFUSED: ReadonlyMap<string, string> = new Map()
+
+/**
+ * The index with these edits, and these organizations refused: a change that names an organization
+ * says all there is of it, so one it names is refused only if the change refuses it.
+ */
+function withOrganizationEdits (previous: OrganizationIndex, edits: ReadonlyArray<Edit<Organization>>, named: Iterable<string>,
+  refused: ReadonlyMap<string, string> = NONE_REFUSED): OrganizationIndex {
   let members = previous.members
   for (const [, before, after] of edits) members += (after?.members.length ?? 0) - (before?.members.length ?? 0)
   return {
     byKey: previous.byKey.with(edits.map(([key, , after]) => [key, after] as const)),
     sum: sumAfter(previous.sum, edits, organizationRules),
-    members
+    members,
+    refused: refusedAfter(previous.refused, named, refused)
   }
+}
+
+/** `previous` without the organizations named, then with those refused; shared as it is when neither touches it (the usual case). */
+function refusedAfter (previous: ReadonlyMap<string, string>, named: Iterable<string>, refused: ReadonlyMap<string, string>): ReadonlyMap<string, string> {
+  let next: Map<string, string> | undefined
+  if (previous.size > 0) {
+    for (const key of named) {
+      if (!previous.has(key)) continue
+      next ??= new Map(previous)
+      next.delete(key)
+    }
+  }
+  if (refused.size === 0) return next ?? previous
+  next ??= new Map(previous)
+  for (const [key, problem] of refused) next.set(key, problem)
+  return next
 }
 
 /** The kinds changed record by record, by their keys. */
@@ -230,10 +265,11 @@ export type KeyedKind = 'keys' | 'organizations'
  * A keyed index with these records put in and the records of these keys taken out, at once (no
  * turn of the event loop): what a change that names its records makes.
  */
-export function withRecords<K extends KeyedKind> (index: Index<K>, upsert: ReadonlyArray<Loaded<K>>, remove: readonly string[]): Index<K> {
+export function withRecords<K extends KeyedKind> (index: Index<K>, upsert: ReadonlyArray<Loaded<K>>, remove: readonly string[], refused?: ReadonlyMap<string, string>): Index<K> {
   if ('table' in index) return withKeyEdits(index, editsTo(index.byKey, upsert as readonly ApiKey[], remove, keyRules)) as Index<K>
   const organizations = index as OrganizationIndex
-  return withOrganizationEdits(organizations, editsTo(organizations.byKey, upsert as readonly Organization[], remove, organizationRules)) as Index<K>
+  const named = [...(upsert as readonly Organization[]).map((organization) => organization.id), ...remove]
+  return withOrganizationEdits(organizations, editsTo(organizations.byKey, upsert as readonly Organization[], remove, organizationRules), named, refused) as Index<K>
 }
 
 /** The index of keys whose base is `table`, without edits above it. */

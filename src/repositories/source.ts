@@ -124,20 +124,30 @@ export interface RecordRefusal {
   readonly problem: string
 }
 
+/** Records refused one by one, by kind and key, each with what is wrong with it: for the snapshot to tell a refused record from an absent one. */
+export type RefusedKeys = Partial<Record<RecordKind, ReadonlyMap<string, string>>>
+
 /**
  * Every kind listed whole at one position, without the records refused one by one (a bad row among
  * good ones), which it answers beside them; throws the DataError of a kind refused whole (a file).
  */
-export async function readWhole (source: Source): Promise<{ batch: Batch, wholes: { [K in RecordKind]: Whole<K> }, refused: RecordRefusal[] }> {
+export async function readWhole (source: Source): Promise<{
+  batch: Batch
+  wholes: { [K in RecordKind]: Whole<K> }
+  refused: RecordRefusal[]
+  refusedKeys: RefusedKeys
+}> {
   const batch = await source.list()
   const wholes: Partial<Record<RecordKind, unknown>> = {}
   const refused: RecordRefusal[] = []
+  const refusedKeys: RefusedKeys = {}
   for (const read of batch.changes) {
     if ('error' in read) throw read.error
     for (const problem of read.refused?.values() ?? []) refused.push({ kind: read.kind, problem })
+    if (read.refused !== undefined) refusedKeys[read.kind] = read.refused
     if ('all' in read) wholes[read.kind] = read.all
   }
-  return { batch, wholes: wholes as { [K in RecordKind]: Whole<K> }, refused }
+  return { batch, wholes: wholes as { [K in RecordKind]: Whole<K> }, refused, refusedKeys }
 }
 
 /** Every kind read whole, as records: `npm run check`, `npm run db -- import` and `export`; throws a DataError when any record is refused. */

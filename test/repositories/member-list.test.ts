@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto'
+import type pg from 'pg'
 import { afterAll, describe, expect, it } from 'vitest'
 import { createLifecycle } from '../../src/repositories/lifecycle.js'
 import { MAX_MEMBERS, MemberList, MemberListBuilder } from '../../src/repositories/member-list.js'
@@ -49,26 +50,96 @@ describe('an organization past the most members, in PostgreSQL', () => {
   const server = sharedPostgres()
   afterAll(() => server.close())
 
-  it('is refused alone in one line while the others keep changing, and is served again once back under it', async () => {
+  /** `sql` run as if written before the database bounded an organization's members (schema 10). */
+  const unbounded = async (admin: pg.Client, sql: string) => {
+    await admin.query('BEGIN')
+    await admin.query('ALTER TABLE members DISABLE TRIGGER members_bound_insert')
+    await admin.query(sql)
+    await admin.query('ALTER TABLE members ENABLE TRIGGER members_bound_insert')
+    await admin.query('COMMIT')
+  }
+  const bulk = (organization: string, count: number, from = 1000) => `INSERT INTO members (organization_id, id, email, role, position)
+    SELECT '${organization}', 'bulk_' || n, 'bulk' || n || '@example.com', 'org:member', ${from} + n FROM generate_series(1, ${count}) AS n`
+  const refusedMessage = (organization: string) => `Organization ${organization} cannot be served: the server refused its data ` +
+    "(more members than it may have, or a member record that is not valid); the server's log says why"
+
+  it(`is refused by the database, naming the bound, and ${MAX_MEMBERS} members in one statement cost little`, async () => {
+    const { client: admin } = await databaseWith(server, makeData())
+    try {
+      await admin.query("INSERT INTO organizations (id, name) VALUES ('org_full', 'Full'), ('org_unchecked', 'Unchecked')")
+      const timed = async (write: () => Promise<unknown>) => {
+        const started = performance.now()
+        await write()
+        return Math.round(performance.now() - started)
+      }
+      // The bound's cost, beside the same statement without it: the test fails only on a cost out of all proportion.
+      const unchecked = await timed(() => unbounded(admin, bulk('org_unchecked', MAX_MEMBERS)))
+      const checked = await timed(() => admin.query(bulk('org_full', MAX_MEMBERS)))
+      const updated = await timed(() => admin.query("UPDATE members SET position = position + 1 WHERE organization_id = 'org_full'"))
+      expect(checked, `${MAX_MEMBERS} members in one INSERT: ${checked} ms with the bound, ${unchecked} ms without; an UPDATE of them all in place: ${updated} ms`)
+        .toBeLessThan(Math.max(3 * unchecked, 2000))
+      const refusal = `organization 'org_full' would have ${MAX_MEMBERS + 1} members, more than ${MAX_MEMBERS}, the most an organization may have`
+      await expect(admin.query("INSERT INTO members (organization_id, id, email, role) VALUES ('org_full', 'one_more', 'one@example.com', 'org:member')")).rejects.toThrow(refusal)
+      await expect(admin.query(`${bulk('org_alpha', MAX_MEMBERS)}`)).rejects.toThrow(`organization 'org_alpha' would have ${MAX_MEMBERS + 250} members`)
+      // A member moved into the full organization is one more too.
+      await expect(admin.query("UPDATE members SET organization_id = 'org_full', id = 'moved' WHERE organization_id = 'org_beta' AND id = (SELECT min(id) FROM members WHERE organization_id = 'org_beta')"))
+        .rejects.toThrow(refusal)
+      expect((await admin.query("SELECT count(*)::int AS n FROM members WHERE organization_id = 'org_full'")).rows[0].n).toBe(MAX_MEMBERS)
+    } finally {
+      await admin.end()
+    }
+  })
+
+  it('written before the bound, is refused alone in one line while the others keep changing, answers 500 saying so, and is served again once back under it', async () => {
+    const { url, client: admin } = await databaseWith(server, makeData())
+    const lifecycle = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
+    let later: ReturnType<typeof createLifecycle> | undefined
+    try {
+      await lifecycle.load()
+      const watch = watchLifecycle(lifecycle, 60_000)
+      const app = build({ snapshots: lifecycle })
+      const page = async (key: string, snapshots = app) => (await snapshots.inject({ url: '/v1/organization/members?limit=1', headers: bearer(key) })).json()
+      expect((await page(KEYS.alphaManagement)).total_count).toBe(250)
+      // org_alpha grows past the bound in one statement; org_beta changes afterwards.
+      await unbounded(admin, bulk('org_alpha', MAX_MEMBERS))
+      expect(await watch.refusal()).toEqual({ kind: 'organizations', problem: `table members, organization_id "org_alpha": more than ${MAX_MEMBERS} members, the most an organization may have` })
+      await admin.query("UPDATE members SET email = 'changed@example.com' WHERE organization_id = 'org_beta' AND id = (SELECT min(id) FROM members WHERE organization_id = 'org_beta')")
+      await watch.until((data) => data.organizations.some((organization) => organization.id === 'org_beta' && organization.members.slice().some((member) => member.email === 'changed@example.com')))
+      // Not served while it is refused, on every replica alike, and its keys' holders told why, not "not found".
+      expect(await page(KEYS.alphaManagement)).toEqual({ error: { code: 500, message: refusedMessage('org_alpha') } })
+      expect((await page(KEYS.betaManagement)).total_count).toBeGreaterThan(0)
+      // A replica started now, which reads it refused at start, answers the same.
+      later = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
+      await later.load()
+      const laterApp = build({ snapshots: later })
+      expect(await page(KEYS.alphaManagement, laterApp)).toEqual({ error: { code: 500, message: refusedMessage('org_alpha') } })
+      await admin.query("DELETE FROM members WHERE organization_id = 'org_alpha' AND position > 1001")
+      await watch.until((data) => data.organizations.some((organization) => organization.id === 'org_alpha' && organization.members.length === 251))
+      expect((await page(KEYS.alphaManagement)).total_count).toBe(251)
+    } finally {
+      await later?.close()
+      await lifecycle.close()
+      await admin.end()
+    }
+  })
+
+  it('with a member row the replica refuses, answers 500 saying so, and is served again once the row is fixed', async () => {
     const { url, client: admin } = await databaseWith(server, makeData())
     const lifecycle = createLifecycle(createPostgresSource({ url, connectTimeoutMs: 0 }))
     try {
       await lifecycle.load()
       const watch = watchLifecycle(lifecycle, 60_000)
       const app = build({ snapshots: lifecycle })
-      const page = async (key: string) => (await app.inject({ url: '/v1/organization/members?limit=1', headers: bearer(key) })).json()
-      expect((await page(KEYS.alphaManagement)).total_count).toBe(250)
-      // org_alpha grows past the bound in one statement; org_beta changes afterwards.
-      await admin.query(`INSERT INTO members (organization_id, id, email, role, position)
-        SELECT 'org_alpha', 'bulk_' || n, 'bulk' || n || '@example.com', 'org:member', 1000 + n FROM generate_series(1, ${MAX_MEMBERS}) AS n`)
-      expect(await watch.refusal()).toEqual({ kind: 'organizations', problem: `table members, organization_id "org_alpha": more than ${MAX_MEMBERS} members, the most an organization may have` })
-      await admin.query("UPDATE members SET email = 'changed@example.com' WHERE organization_id = 'org_beta' AND id = (SELECT min(id) FROM members WHERE organization_id = 'org_beta')")
-      await watch.until((data) => data.organizations.some((organization) => organization.id === 'org_beta' && organization.members.slice().some((member) => member.email === 'changed@example.com')))
-      // Not served while it is refused, on every replica alike, as any refused organization.
-      expect(await page(KEYS.alphaManagement)).toEqual({ error: { code: 404, message: 'Organization org_alpha not found' } })
-      await admin.query("DELETE FROM members WHERE organization_id = 'org_alpha' AND position > 1001")
-      await watch.until((data) => data.organizations.some((organization) => organization.id === 'org_alpha' && organization.members.length === 251))
-      expect((await page(KEYS.alphaManagement)).total_count).toBe(251)
+      const page = async () => await app.inject({ url: '/v1/organization/members?limit=1', headers: bearer(KEYS.betaManagement) })
+      const count = (await page()).json().total_count
+      await admin.query("UPDATE members SET email = repeat('e', 2000) WHERE organization_id = 'org_beta' AND id = (SELECT min(id) FROM members WHERE organization_id = 'org_beta')")
+      expect(await watch.refusal()).toMatchObject({ kind: 'organizations' })
+      const refused = await page()
+      expect(refused.statusCode).toBe(500)
+      expect(refused.json()).toEqual({ error: { code: 500, message: refusedMessage('org_beta') } })
+      await admin.query("UPDATE members SET email = 'fixed@example.com' WHERE organization_id = 'org_beta' AND email = repeat('e', 2000)")
+      await watch.until((data) => data.organizations.some((organization) => organization.id === 'org_beta'))
+      expect((await page()).json().total_count).toBe(count)
     } finally {
       await lifecycle.close()
       await admin.end()

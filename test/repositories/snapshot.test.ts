@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { applyChange, compactIndex, createSnapshot, withRecords, type Snapshot } from '../../src/repositories/snapshot.js'
+import type { Organization } from '../../src/repositories/records.js'
 import type { ApiKey } from '../../src/schemas/fixtures.js'
 import { makeData, recordsOf, sha256 } from '../helper.js'
 
@@ -148,5 +149,29 @@ describe('keys changed in a snapshot', () => {
     expect(served.findKey(sha256('k10000'))).toBeUndefined()
     expect(served.findKey(sha256('k999'))?.name).toBe('clé-999')
     expect(served.findKey(sha256('k99999'))).toEqual(key(99_999))
+  })
+})
+
+describe('organizations refused in a snapshot', () => {
+  it('tells one refused from one that does not exist, through a start, a change by name and a whole read, until a change serves it again', async () => {
+    const data = makeData()
+    const [alpha, beta] = data.organizations as [Organization, Organization]
+    const problem = 'table members, organization_id "org_beta": more than 100000 members, the most an organization may have'
+    const started = await createSnapshot({ ...data, organizations: [alpha] }, 1, { organizations: new Map([['org_beta', problem]]) })
+    expect(started.memberPage('org_beta', 0, 10)).toBeUndefined()
+    expect(started.isRefused('org_beta')).toBe(true)
+    expect(started.isRefused('org_nope')).toBe(false)
+    // A change that refuses another and removes one keeps the first refused.
+    const named = started.withIndex('organizations', withRecords(started.indexes.organizations, [], ['org_alpha'], new Map([['org_alpha', 'a bad row']])), 2)
+    expect([named.isRefused('org_alpha'), named.isRefused('org_beta')]).toEqual([true, true])
+    // A change that names it and does not refuse it serves it.
+    const served = named.withIndex('organizations', withRecords(named.indexes.organizations, [beta], []), 3)
+    expect(served.isRefused('org_beta')).toBe(false)
+    expect(JSON.parse(served.memberPage('org_beta', 0, 10)!.json.toString()).total_count).toBe(beta.members.length)
+    expect(served.isRefused('org_alpha')).toBe(true)
+    // A whole read says all there is: none refused but those it refuses.
+    const whole = served.withIndex('organizations', await applyChange(served.indexes.organizations, { kind: 'organizations', all: [alpha, beta] }), 4)
+    expect([whole.isRefused('org_alpha'), whole.isRefused('org_beta')]).toEqual([false, false])
+    expect(started.isRefused('org_beta')).toBe(true)
   })
 })

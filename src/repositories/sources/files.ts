@@ -86,6 +86,8 @@ export function createFileSource (dir: string): Source {
   let events: SourceEvents | undefined
   let debounce: NodeJS.Timeout | undefined
   let folderCheck: NodeJS.Timeout | undefined
+  /** A look at the folder is waiting for its stat: another would start a second round of looks. */
+  let looking = false
   let closed = false
 
   const signatures = (folder: string, kinds: readonly RecordKind[]) => Promise.all(kinds.map((kind) => signatureOf(join(folder, KINDS[kind].file))))
@@ -99,25 +101,47 @@ export function createFileSource (dir: string): Source {
     }, DEBOUNCE_MS)
   }
 
+  const folderName = basename(dir)
+
+  function dropWatch () {
+    watcher?.close()
+    watcher = undefined
+  }
+
+  /** A look at the folder before its time; one under way sees the watch dropped, and takes its place. */
+  function lookNow () {
+    if (looking || closed) return
+    clearTimeout(folderCheck)
+    void lookAtFolder()
+  }
+
   /** Watches the folder that is there now, or says it is missing. */
   async function lookAtFolder () {
+    looking = true
     const stats = await stat(dir, { bigint: true }).catch((error: NodeJS.ErrnoException) => error)
+    looking = false
     if (closed) return
     const identity = stats instanceof Error || !stats.isDirectory() ? '' : `${stats.dev}:${stats.ino}`
     if (identity !== watched || watcher === undefined) {
-      watcher?.close()
-      watcher = undefined
+      dropWatch()
       watched = identity
       if (identity === '') {
         events?.following(false, new Error(`the data folder ${dir} is missing (${stats instanceof Error ? stats.code ?? stats.message : 'not a folder'})`))
       } else {
         try {
-          watcher = watch(dir, { persistent: false }, scheduleLook)
-          // The folder deleted or unmounted under the watch: the next look finds out which.
-          watcher.on('error', () => {
-            watcher?.close()
-            watcher = undefined
+          watcher = watch(dir, { persistent: false }, (_event, name) => {
+            // The folder itself deleted or moved: Linux names it by its own name, then stops watching it
+            // without an error. A folder created again at once often gets the inode of the one deleted, so
+            // that the next look would take the dead watch for a watch of it and miss every later change:
+            // the watch is dropped now, and a look at once sets one on whatever folder is there.
+            if (name === folderName) {
+              dropWatch()
+              lookNow()
+            }
+            scheduleLook()
           })
+          // The folder deleted or unmounted under the watch: the next look finds out which.
+          watcher.on('error', dropWatch)
           events?.following(true)
           // Whatever changed while nothing watched.
           scheduleLook()

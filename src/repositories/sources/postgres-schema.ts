@@ -564,6 +564,47 @@ ALTER FUNCTION directory_notify_table() SECURITY DEFINER SET search_path FROM CU
 ALTER FUNCTION directory_notify_rows() SECURITY DEFINER SET search_path FROM CURRENT;
 REVOKE ALL ON directory_changes, directory_changes_trimmed FROM PUBLIC;
 `
+}, {
+  version: 10,
+  name: 'an organization bounded to the most members a replica serves',
+  sql: String.raw`
+-- A replica refuses an organization of more than 100000 members (MAX_MEMBERS in member-list.ts): the
+-- database refuses the statement that would make one, so that its writer learns at once, where every
+-- replica stopped serving the organization and no one told the writer. Once per statement, with the
+-- rows it wrote as a transition table: a row trigger counting the organization at each row cost a
+-- count of up to 100000 rows per row. Only an organization the statement gives more rows than it takes
+-- away can grow, so an update of a large organization's members in place counts nothing. Rows already
+-- past the bound stay (the replicas refuse them, as before); the next statement that adds one is refused.
+-- Two transactions that each stay within the bound may together pass it: the replicas refuse that
+-- organization, and say so to its keys' holders (500).
+CREATE FUNCTION directory_members_bound() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  over record;
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    SELECT organization_id, count(*) AS members INTO over FROM members
+      WHERE organization_id IN (SELECT DISTINCT organization_id FROM new_rows)
+      GROUP BY organization_id HAVING count(*) > 100000 LIMIT 1;
+  ELSE
+    SELECT organization_id, count(*) AS members INTO over FROM members
+      WHERE organization_id IN (
+        SELECT grown.organization_id FROM (SELECT organization_id, count(*) AS n FROM new_rows GROUP BY organization_id) AS grown
+          LEFT JOIN (SELECT organization_id, count(*) AS n FROM old_rows GROUP BY organization_id) AS shrunk USING (organization_id)
+          WHERE grown.n > coalesce(shrunk.n, 0))
+      GROUP BY organization_id HAVING count(*) > 100000 LIMIT 1;
+  END IF;
+  IF FOUND THEN
+    RAISE EXCEPTION 'organization % would have % members, more than 100000, the most an organization may have', quote_literal(over.organization_id), over.members
+      USING ERRCODE = 'check_violation', TABLE = 'members';
+  END IF;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER members_bound_insert AFTER INSERT ON members
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION directory_members_bound();
+CREATE TRIGGER members_bound_update AFTER UPDATE ON members
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION directory_members_bound();
+`
 }]
 
 /** The schema version this build reads and writes. */

@@ -4,6 +4,7 @@ import createError from '@fastify/error'
 import { MemberPageQuerySchema, MemberPageSchema } from '../../schemas/member.js'
 import { BadRequestResponse, ErrorResponse, NotModifiedResponse } from '../../schemas/common.js'
 import { apiKeyOf, requireManagementKey } from '../../plugins/auth.js'
+import { errorBody } from '../../plugins/errors.js'
 import type { Senders } from './send.js'
 import { KINDS, describeOperation } from '../../registry.js'
 import { ECHO_MAX } from '../../truncate.js'
@@ -11,6 +12,14 @@ import { redactAndTruncate } from '../../secrets.js'
 
 const OrganizationNotFound = createError('ORGANIZATION_NOT_FOUND', 'Organization %s not found', 404)
 const BadQueryParameter = createError('BAD_QUERY_PARAMETER', "Invalid query parameter '%s': %s", 400)
+
+/**
+ * The organization exists in the source but the server refused its data: a 500, not a 404, since the
+ * fault is the data the server was given, and a holder of its keys told "not found" would think it
+ * deleted. It names no record or value (the log that refused the data does): only what kind of fault.
+ */
+const refusedOrganization = (organizationId: string) =>
+  `Organization ${organizationId} cannot be served: the server refused its data (more members than it may have, or a member record that is not valid); the server's log says why`
 
 const CANONICAL_INTEGER = /^(0|[1-9][0-9]*)$/
 const PAGING_PARAMETERS = ['offset', 'limit'] as const
@@ -48,7 +57,10 @@ const organizationRoutes: FastifyPluginAsyncTypebox<{ send: Senders }> = async (
         304: NotModifiedResponse,
         400: BadRequestResponse("Invalid query parameter 'limit': must be <= 100", 'a query parameter is out of bounds, repeated, or not a plain decimal integer'),
         403: ErrorResponse(403, 'The key is not a management key', 'Only management keys can perform this operation'),
-        404: ErrorResponse(404, 'The organization of the management key does not exist', 'Organization org_2vQmDeleted03 not found')
+        404: ErrorResponse(404, 'The organization of the management key does not exist', 'Organization org_2vQmDeleted03 not found'),
+        500: ErrorResponse(500, 'Unexpected server error; or the organization of the management key exists, but the server refused its data ' +
+          '(more members than it may have, or a member record that is not valid) and does not serve it until the data is fixed: ' +
+          `then the message says so ("${refusedOrganization('<id>')}")`, 'Internal Server Error')
       }
     },
     onRequest: requireManagementKey,
@@ -57,7 +69,11 @@ const organizationRoutes: FastifyPluginAsyncTypebox<{ send: Senders }> = async (
     const organizationId = apiKeyOf(request).organization_id
     const { offset, limit } = request.query
     const page = request.snapshot.memberPage(organizationId, offset, limit)
-    if (page === undefined) throw new OrganizationNotFound(organizationId)
+    if (page === undefined) {
+      if (!request.snapshot.isRefused(organizationId)) throw new OrganizationNotFound(organizationId)
+      reply.code(500).send(errorBody(500, refusedOrganization(organizationId)))
+      return
+    }
     send.sendPage(request, reply, page, offset, limit)
   })
 }

@@ -45,7 +45,8 @@ const status = async (app: ReturnType<typeof build>, path: string, key: string) 
 /** What a user of each kind's record sees once the record is refused: the request, and what it answers. */
 const LEFT_OUT = {
   keys: { path: '/v1/providers', key: KEYS.alphaStandard, status: 401 },
-  organizations: { path: '/v1/organization/members', key: KEYS.betaManagement, status: 404 },
+  // Refused, not absent: its keys' holders are told the server refused its data.
+  organizations: { path: '/v1/organization/members', key: KEYS.betaManagement, status: 500 },
   providers: { path: '/v1/providers', key: KEYS.alphaManagement, status: 200, slugs: ['provider-1', 'provider-3'] }
 }
 
@@ -226,7 +227,7 @@ describe('a replica started beside rows the schemas refuse', () => {
     ])
     for (const kind of ['keys', 'organizations', 'providers'] as const) await expectLeftOut(app, kind)
     const res = await app.inject({ url: '/v1/organization/members', headers: bearer(KEYS.betaManagement) })
-    expect(res.json()).toEqual({ error: { code: 404, message: 'Organization org_beta not found' } })
+    expect(res.json()).toEqual({ error: { code: 500, message: "Organization org_beta cannot be served: the server refused its data (more members than it may have, or a member record that is not valid); the server's log says why" } })
   })
 })
 
