@@ -363,8 +363,9 @@ describe('a replica held to 40 % of a core, starting on a hot standby while its 
   it('without hot_standby_feedback, the standby cancels its reads, and it says in one line what to set', async () => {
     const outcome = await startThrottled(await standbyWith(SHORT_DELAY))
     expect(outcome.started).toBe(false)
-    const lines = (outcome as { output: string }).output.split('\n').filter((line) => line.includes('conflict with recovery'))
-    expect(lines).toHaveLength(1)
+    const { output } = outcome as { output: string }
+    const lines = output.split('\n').filter((line) => line.includes('conflict with recovery'))
+    expect(lines, output).toHaveLength(1)
     expect(lines[0]).toMatch(/^cannot start: .*set hot_standby_feedback = on on the standby/)
   })
 
