@@ -204,10 +204,15 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
     expect(await store.keys()).toEqual(before)
   })
 
-  it('prints an expiry one way, UTC to the second, whatever offset or fraction it is held with', async () => {
+  it('prints the expiry it mints with in UTC, to the second, whatever offset or fraction it was given with', async () => {
     const store = await open()
     const { stderr } = await key(store, '--kind', 'management', '--org', 'org_2vQmAcme0001', '--name', 'later', '--expires-at', '2999-01-01T02:00:00.250+02:00')
     expect(stderr).toContain(', expiring at 2999-01-01T00:00:00Z in ')
+  })
+
+  it('lists expiries in UTC, to the second, whatever offset or fraction they are held with', async () => {
+    const store = await open()
+    await store.insert({ name: 'later', sha256: sha256('later-secret'), kind: 'management', organization_id: 'org_2vQmAcme0001', expires_at: '2999-01-01T02:00:00.250+02:00' })
     await store.insert({ name: 'gone', sha256: sha256('gone-secret'), kind: 'standard', organization_id: 'org_2vQmAcme0001', expires_at: '2020-01-01T00:00:00.5+01:00' })
     const lines = (await key(store, 'list')).stdout.trimEnd().split('\n')
     expect(lines.find((line) => line.startsWith('gone '))).toMatch(/^gone +standard +org_2vQmAcme0001 +2019-12-31T23:00:00Z \(expired\)$/)
