@@ -10,7 +10,7 @@ import { FIXTURE_FILES } from '../repositories/sources/files.js'
 import { readJsonFile, writeJsonFile } from '../repositories/json-file.js'
 import { connectPostgres, locationOf } from '../repositories/sources/postgres.js'
 import { deleteKey, insertKey, listKeys, organizationExists, rotateKey } from '../repositories/sources/postgres-write.js'
-import { timestampMs, timestampText } from '../schemas/formats.js'
+import { instantText, timestampMs, timestampText } from '../schemas/formats.js'
 import { formatDuration, parseDuration } from './duration.js'
 import { KEY_KINDS, type ApiKey } from '../schemas/fixtures.js'
 import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine, refuseCommandLine, refuseUnknownCommand } from './command-line.js'
@@ -29,12 +29,13 @@ usage: npm run key -- --kind standard|management --org <organization id> --name 
 
   --kind standard|management  a standard key calls every operation but the member listing; a management
                               key calls that one too, for the members of its own organization
-  --org <organization id>     the organization the key belongs to
+  --org <organization id>     the organization the key belongs to; one the directory does not have is refused
   --name <label>              the key's name, unique: what rotate and revoke take
   --expires-in <duration>     the key answers 401 after this long: 30s, 15m, 12h, 90d
-  --expires-at <time>         ... or from this instant, RFC 3339 with a time zone (2026-12-31T23:59:59Z)
+  --expires-at <time>         ... or from this instant, RFC 3339 with a time zone (2026-12-31T23:59:59Z);
+                              an instant already past is refused
   --grace <duration>          rotate: how long the old key keeps working (default 1h; 0 ends it at once;
-                              a key expiring sooner keeps its expiry)
+                              a key expiring sooner keeps its expiry, and one expired already stays so)
   --new-name <label>          rotate: the successor's name (default: the old name and the time)
   --data-dir <dir>            keys.json of this folder, even when DATABASE_URL is set (default:
                               DATABASE_URL, else DATA_DIR; never the bundled fixtures/)
@@ -42,7 +43,8 @@ usage: npm run key -- --kind standard|management --org <organization id> --name 
 
 A key minted or rotated is printed once, on stdout; only its SHA-256 is recorded. Capture it without npm's banner:
   KEY=$(npm run -s key -- --kind standard --org <organization id> --name <label> --data-dir <dir>)
-Expiries are compared with each server's clock: run NTP.
+Expiries are printed in UTC, to the second (2026-12-31T23:59:59Z), and compared with each server's
+clock: run NTP.
 `
 
 /** A key as list shows it: never its hash. */
@@ -56,10 +58,15 @@ interface KeyStore {
   add(key: ApiKey): Promise<void>
   /** False when there is no key of that name. */
   remove(name: string): Promise<boolean>
+  /** Where the organizations are, for a message. */
+  organizations: string
   /** False when the store knows of no organization of that id. */
   hasOrganization(id: string): Promise<boolean>
-  /** Mints `successor` beside the key named `name` and ends that one after the grace, at once; undefined when there is none. */
-  rotate(name: string, successor: Pick<ApiKey, 'name' | 'sha256' | 'expires_at'>, graceMs: number): Promise<{ kind: ApiKey['kind'], organization_id: string, expires_at: string } | undefined>
+  /**
+   * Mints `successor` beside the key named `name` and ends that one after the grace, at once; undefined
+   * when there is none. `expired`: the old key had expired already, and keeps its expiry.
+   */
+  rotate(name: string, successor: Pick<ApiKey, 'name' | 'sha256' | 'expires_at'>, graceMs: number): Promise<{ kind: ApiKey['kind'], organization_id: string, expires_at: string, expired: boolean } | undefined>
   list(): Promise<Listed[]>
   close(): Promise<void>
 }
@@ -73,6 +80,7 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
     })
     return {
       where: `table keys of ${locationOf(config.DATABASE_URL)}`,
+      organizations: `table organizations of ${locationOf(config.DATABASE_URL)}`,
       now: async () => Number((await client.query<{ now: string }>('SELECT extract(epoch FROM now()) * 1000 AS now')).rows[0]!.now),
       add: (key) => insertKey(client, key),
       remove: (name) => deleteKey(client, name),
@@ -93,6 +101,7 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
   // at once would each write their own, and one's key would be lost while it says it was recorded.
   return {
     where: file,
+    organizations: join(dir, FIXTURE_FILES.organizations),
     now: async () => Date.now(),
     add: (key) => withLock(file, async () => {
       const keys = await readKeys(file, true)
@@ -111,11 +120,14 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
       const old = keys.find((key) => key.name === name)
       if (old === undefined) return undefined
       if (keys.some((key) => key.name === successor.name)) throw new Error(`a key named ${JSON.stringify(successor.name)} exists already in ${file}`)
-      const end = Math.min(old.expires_at == null ? Infinity : Date.parse(old.expires_at), Date.now() + graceMs)
-      const ended = { ...old, expires_at: end === Date.parse(old.expires_at ?? '') ? old.expires_at! : timestampText(end) }
+      const now = Date.now()
+      const until = old.expires_at == null ? Infinity : timestampMs(old.expires_at)
+      // To the second, as printed: the old key works until the instant the message names.
+      const end = Math.min(until, wholeSecond(now + graceMs))
+      const ended = { ...old, expires_at: end === until ? old.expires_at! : timestampText(end) }
       // One atomic write: both keys, or neither.
       await write([...keys.map((key) => key === old ? ended : key), { ...successor, kind: old.kind, organization_id: old.organization_id }])
-      return { kind: old.kind, organization_id: old.organization_id, expires_at: ended.expires_at }
+      return { kind: old.kind, organization_id: old.organization_id, expires_at: ended.expires_at, expired: until <= now }
     }),
     async list () {
       return (await readKeys(file, false)).map(({ sha256: _hash, ...key }) => key).sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0)
@@ -171,6 +183,9 @@ async function readKeys (file: string, mayBeMissing: boolean): Promise<ApiKey[]>
   return validateRecords('keys', await readJsonFile(file, FIXTURE_FILES.keys), FIXTURE_FILES.keys)
 }
 
+/** An instant cut to the second, as the commands print it, so that what is written is what is printed. */
+const wholeSecond = (ms: number) => Math.floor(ms / 1000) * 1000
+
 /** A new key: 32 random bytes (256 bits, far beyond guessing), prefixed so that people know what the string is. */
 const newSecret = () => `sk-or-v1-${randomBytes(32).toString('hex')}`
 
@@ -198,7 +213,7 @@ function expiryOf (values: { 'expires-in'?: string | undefined, 'expires-at'?: s
 /** `name  kind  organization  expiry` lines, aligned, the expired marked. */
 function formatList (keys: Listed[], now: number): string {
   const rows = [['NAME', 'KIND', 'ORGANIZATION', 'EXPIRES'], ...keys.map((key) => [key.name, key.kind, key.organization_id,
-    key.expires_at == null ? 'never' : `${key.expires_at}${Date.parse(key.expires_at) <= now ? ' (expired)' : ''}`])]
+    key.expires_at == null ? 'never' : `${instantText(timestampMs(key.expires_at))}${timestampMs(key.expires_at) <= now ? ' (expired)' : ''}`])]
   const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)))
   return rows.map((row) => row.map((cell, column) => column === row.length - 1 ? cell : cell.padEnd(widths[column]!)).join('  ')).join('\n') + '\n'
 }
@@ -239,8 +254,6 @@ async function main () {
 
   const store = await openStore(dataDirOf('key', values))
   try {
-    // A duration counts from the database's now() when the keys are there: the replicas judge expiries on it.
-    const expiresAt = typeof expiry === 'object' ? timestampText(await store.now() + expiry.inMs) : expiry
     if (command === 'list') {
       process.stdout.write(formatList(await store.list(), await store.now()))
       return
@@ -249,6 +262,14 @@ async function main () {
       if (!await store.remove(name)) throw new Error(`no key named ${JSON.stringify(name)} in ${store.where}`)
       process.stderr.write(`revoked key ${JSON.stringify(name)} in ${store.where}; running servers refuse it from their next reload, without a restart\n`)
       return
+    }
+    // A duration counts from the database's now() when the keys are there: the replicas judge expiries on it.
+    const now = await store.now()
+    const expiresAt = typeof expiry === 'object' ? timestampText(wholeSecond(now + expiry.inMs)) : expiry
+    // A key born expired answers 401 from the start: a typo in the year, most likely.
+    if (expiresAt !== undefined && timestampMs(expiresAt) <= now) {
+      const option = typeof expiry === 'object' ? `--expires-in ${JSON.stringify(values['expires-in'])}` : `--expires-at ${JSON.stringify(expiresAt)}`
+      throw new Error(`${option} is not in the future: it is ${instantText(now)} now; nothing was written`)
     }
     const key = newSecret()
     const expiring = expiresAt === undefined ? {} : { expires_at: expiresAt }
@@ -260,16 +281,19 @@ async function main () {
     if (command === 'rotate') {
       const old = await store.rotate(name, { name: successor, sha256: hash('sha256', key), ...expiring }, graceMs)
       if (old === undefined) throw new Error(`no key named ${JSON.stringify(name)} in ${store.where}`)
-      process.stderr.write(`rotated key ${JSON.stringify(name)} in ${store.where}: it works until ${old.expires_at} (grace ${formatDuration(graceMs)}); ` +
+      const until = instantText(timestampMs(old.expires_at))
+      // An expired key is rotated all the same (its successor is what its holder needs), but the grace cannot bring it back.
+      const ending = old.expired ? `it expired already at ${until}, so the grace (${formatDuration(graceMs)}) cannot extend it` : `it works until ${until} (grace ${formatDuration(graceMs)})`
+      process.stderr.write(`rotated key ${JSON.stringify(name)} in ${store.where}: ${ending}; ` +
         `its successor ${JSON.stringify(successor)} (${old.kind}, ${old.organization_id}) works now, without a restart.\nThe successor (shown once, not stored):\n`)
       process.stdout.write(`${key}\n`)
       return
     }
+    // A mistyped --org would mint a key that works everywhere but on its own organization's members.
+    // The server still accepts a key whose organization went away later (its member listing answers 404).
+    if (!await store.hasOrganization(values.org!)) throw new Error(`no organization ${JSON.stringify(values.org)} in ${store.organizations}; nothing was written`)
     await store.add({ name, sha256: hash('sha256', key), kind: kind!, organization_id: values.org!, ...expiring })
-    if (kind === 'management' && !await store.hasOrganization(values.org!)) {
-      process.stderr.write(`warning: no organization ${values.org} in the directory; this key will get 404 on the member listing\n`)
-    }
-    process.stderr.write(`recorded ${kind} key ${JSON.stringify(name)} for ${values.org}${expiresAt === undefined ? '' : `, expiring at ${expiresAt}`} in ${store.where}; running servers accept it from their next reload, without a restart.\nThe key (shown once, not stored):\n`)
+    process.stderr.write(`recorded ${kind} key ${JSON.stringify(name)} for ${values.org}${expiresAt === undefined ? '' : `, expiring at ${instantText(timestampMs(expiresAt))}`} in ${store.where}; running servers accept it from their next reload, without a restart.\nThe key (shown once, not stored):\n`)
     process.stdout.write(`${key}\n`)
   } finally {
     await store.close()

@@ -37,6 +37,15 @@ export function timestampText (ms: number): string {
   return new Date(ms).toISOString().replace('.000Z', 'Z')
 }
 
+/**
+ * An instant as the commands print it: RFC 3339 in UTC to the second (2026-12-31T23:59:59Z), whatever
+ * offset or fraction the data holds it with, so that a key's expiry reads the same from either store.
+ * Truncated: a key printed to expire at :59 works until then at least.
+ */
+export function instantText (ms: number): string {
+  return new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z')
+}
+
 export const ajvFormats: Record<string, (value: string) => boolean> = {
   [TIMESTAMP_FORMAT]: (value) => !Number.isNaN(timestampMs(value)),
   [COUNTRY_CODE_FORMAT]: (value) => isoAlpha2Codes.has(value),

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process'
-import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -32,6 +32,20 @@ describe('npm run check', () => {
   it("takes the folder by its option's former name, --fixtures-dir, and refuses both naming different folders", async () => {
     expect((await check('--fixtures-dir', dir)).stdout).toBe(`${dir}: valid: ${describeCounts(countRecords(await loadFixtures('fixtures')))}\n`)
     expect(await check('--fixtures-dir', dir, '--data-dir', 'fixtures')).toEqual({ code: 2, stdout: '', stderr: '--fixtures-dir is the former name of --data-dir: give one of them; see npm run check -- --help\n' })
+  })
+
+  it('says a key of an organization organizations.json does not have is valid, with a warning naming the key and the organization, never its hash', async () => {
+    const keys = JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8')) as Array<{ sha256: string }>
+    const orphan = { name: 'early', sha256: 'ab'.repeat(32), kind: 'management', organization_id: 'org_nope' }
+    await writeFile(join(dir, 'keys.json'), JSON.stringify([...keys, orphan]))
+    const { code, stdout, stderr } = await check('--data-dir', dir)
+    // The server serves such a key (its member listing answers 404): check agrees, and says so.
+    expect(code).toBe(0)
+    expect(stdout).toMatch(/: valid: /)
+    // The bundled data holds one such key on purpose (the 404 the README shows); then the one added.
+    expect(stderr).toBe('warning: keys.json: key "deleted-org-management" is of organization "org_2vQmDeleted03", which organizations.json does not have; its member listing answers 404\n' +
+      'warning: keys.json: key "early" is of organization "org_nope", which organizations.json does not have; its member listing answers 404\n')
+    expect(stderr).not.toContain(orphan.sha256)
   })
 
   it('names file, record and field of the first problem in one line, and exits 1', async () => {

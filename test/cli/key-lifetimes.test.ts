@@ -21,6 +21,8 @@ type Store = {
   args: string[]
   env: Record<string, string>
   keys: () => Promise<ApiKey[]>
+  /** Records a key as it is given, as a writer other than npm run key would (one expired already, say). */
+  insert: (key: ApiKey) => Promise<void>
   /** Holds the key of that name as another command changing it would (the row's lock, the folder's lock file); answers the release. */
   busy: (name: string) => Promise<() => Promise<void>>
 }
@@ -47,6 +49,10 @@ const stores: Array<[string, () => Promise<Store>]> = [
     args: ['--data-dir', dir],
     env: {},
     keys: async () => JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8')),
+    insert: async (record) => {
+      const keys = JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8')) as ApiKey[]
+      await writeFile(join(dir, 'keys.json'), JSON.stringify([...keys, record]))
+    },
     // A command under way: this process, alive, holds the lock.
     busy: async () => {
       await writeFile(join(dir, 'keys.json.lock'), String(process.pid))
@@ -62,6 +68,10 @@ const stores: Array<[string, () => Promise<Store>]> = [
     return {
       args: [],
       env: { DATABASE_URL: url },
+      insert: async (record) => {
+        await db.query('INSERT INTO keys (name, sha256, kind, organization_id, expires_at) VALUES ($1, $2, $3, $4, $5)',
+          [record.name, record.sha256, record.kind, record.organization_id, record.expires_at ?? null])
+      },
       busy: async (name: string) => {
         const other = new pg.Client({ connectionString: url })
         await other.connect()
@@ -107,7 +117,9 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
     const end = Date.parse(ended.expires_at!)
     expect(end).toBeGreaterThanOrEqual(before + 15 * 60_000 - 1000)
     expect(end).toBeLessThanOrEqual(Date.now() + 15 * 60_000 + 1000)
-    expect(stderr).toContain('rotated key')
+    // The instant written, as the commands print every expiry: UTC, to the second.
+    expect(stderr).toContain(`it works until ${new Date(end).toISOString().replace('.000Z', 'Z')} (grace 15m)`)
+    expect(ended.expires_at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/)
     let now = end - 1
     const app = build({ data: { ...await loadFixtures('fixtures'), keys }, clock: () => now })
     const members = (presented: string) => app.inject({ url: '/v1/organization/members', headers: bearer(presented) }).then((res) => res.statusCode)
@@ -138,9 +150,11 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
 
   it('keeps the earlier expiry when a key already expiring is rotated, and ends it at once with --grace 0', async () => {
     const store = await open()
-    await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'soon', '--expires-at', '2020-01-01T00:00:00Z')
-    await key(store, 'rotate', '--name', 'soon', '--grace', '1h')
-    expect((await store.keys()).find((record) => record.name === 'soon')!.expires_at).toBe('2020-01-01T00:00:00Z')
+    await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'soon', '--expires-in', '10m')
+    const soon = (await store.keys()).find((record) => record.name === 'soon')!.expires_at
+    const { stderr } = await key(store, 'rotate', '--name', 'soon', '--grace', '1h')
+    expect((await store.keys()).find((record) => record.name === 'soon')!.expires_at).toBe(soon)
+    expect(stderr).toContain(`it works until ${soon} (grace 1h)`)
     await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'now', '--expires-in', '90d')
     const before = Date.now()
     await key(store, 'rotate', '--name', 'now', '--grace', '0')
@@ -151,9 +165,63 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
     expect((await store.keys()).filter((record) => record.name.startsWith('now-'))).toHaveLength(1)
   })
 
+  it('rotates a key that expired already, saying the grace cannot extend it rather than promising a time past', async () => {
+    const store = await open()
+    await store.insert({ name: 'expired', sha256: sha256('expired-secret'), kind: 'standard', organization_id: 'org_2vQmAcme0001', expires_at: '2020-01-01T00:00:00Z' })
+    const { stdout, stderr } = await key(store, 'rotate', '--name', 'expired', '--grace', '1h', '--new-name', 'revived')
+    expect(stderr.split('\n')[0]).toBe(`rotated key "expired" in ${stderr.split(' in ')[1]!.split(': ')[0]}: it expired already at 2020-01-01T00:00:00Z, so the grace (1h) cannot extend it; ` +
+      'its successor "revived" (standard, org_2vQmAcme0001) works now, without a restart.')
+    const keys = await store.keys()
+    expect(keys.find((record) => record.name === 'expired')!.expires_at).toBe('2020-01-01T00:00:00Z')
+    expect(keys.find((record) => record.name === 'revived')).toEqual({ name: 'revived', sha256: sha256(stdout.trim()), kind: 'standard', organization_id: 'org_2vQmAcme0001' })
+  })
+
+  it('refuses to mint for an organization the directory does not have, in one line naming it, writing nothing', async () => {
+    const store = await open()
+    const before = await store.keys()
+    for (const kind of ['standard', 'management']) {
+      const error = await key(store, '--kind', kind, '--org', 'org_nope', '--name', 'early').catch((failure: { code: number, stdout: string, stderr: string }) => failure)
+      expect(error).toMatchObject({ code: 1, stdout: '', stderr: expect.stringMatching(/^no organization "org_nope" in (\S*organizations\.json|table organizations of \S+); nothing was written\n$/) })
+    }
+    expect(await store.keys()).toEqual(before)
+  })
+
+  it('refuses an expiry already past, in one line naming it and the time now, writing nothing', async () => {
+    const store = await open()
+    const old = (await store.keys()).find((record) => record.kind === 'management')!
+    const before = await store.keys()
+    for (const args of [
+      ['--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'late', '--expires-at', '2020-01-01T00:00:00Z'],
+      ['rotate', '--name', old.name, '--expires-at', '2020-01-01T00:00:00Z']
+    ]) {
+      const error = await key(store, ...args).catch((failure: { code: number, stdout: string, stderr: string }) => failure)
+      expect(error).toMatchObject({ code: 1, stdout: '' })
+      const [, now] = /^--expires-at "2020-01-01T00:00:00Z" is not in the future: it is (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) now; nothing was written\n$/.exec(error.stderr) ?? []
+      expect(Math.abs(Date.parse(now!) - Date.now())).toBeLessThan(PATIENCE_MS)
+    }
+    const error = await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'late', '--expires-in', '0').catch((failure: { code: number, stderr: string }) => failure)
+    expect(error).toMatchObject({ code: 1, stderr: expect.stringMatching(/^--expires-in "0" is not in the future: it is \S+Z now; nothing was written\n$/) })
+    expect(await store.keys()).toEqual(before)
+  })
+
+  it('prints the expiry it mints with in UTC, to the second, whatever offset or fraction it was given with', async () => {
+    const store = await open()
+    const { stderr } = await key(store, '--kind', 'management', '--org', 'org_2vQmAcme0001', '--name', 'later', '--expires-at', '2999-01-01T02:00:00.250+02:00')
+    expect(stderr).toContain(', expiring at 2999-01-01T00:00:00Z in ')
+  })
+
+  it('lists expiries in UTC, to the second, whatever offset or fraction they are held with', async () => {
+    const store = await open()
+    await store.insert({ name: 'later', sha256: sha256('later-secret'), kind: 'management', organization_id: 'org_2vQmAcme0001', expires_at: '2999-01-01T02:00:00.250+02:00' })
+    await store.insert({ name: 'gone', sha256: sha256('gone-secret'), kind: 'standard', organization_id: 'org_2vQmAcme0001', expires_at: '2020-01-01T00:00:00.5+01:00' })
+    const lines = (await key(store, 'list')).stdout.trimEnd().split('\n')
+    expect(lines.find((line) => line.startsWith('gone '))).toMatch(/^gone +standard +org_2vQmAcme0001 +2019-12-31T23:00:00Z \(expired\)$/)
+    expect(lines.find((line) => line.startsWith('later '))).toMatch(/^later +management +org_2vQmAcme0001 +2999-01-01T00:00:00Z$/)
+  })
+
   it('lists names, kinds, organizations and expiries, the expired marked, never a hash', async () => {
     const store = await open()
-    await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'gone', '--expires-at', '2020-01-01T00:00:00Z')
+    await store.insert({ name: 'gone', sha256: sha256('gone-secret'), kind: 'standard', organization_id: 'org_2vQmAcme0001', expires_at: '2020-01-01T00:00:00Z' })
     await key(store, '--kind', 'management', '--org', 'org_2vQmAcme0001', '--name', 'later', '--expires-at', '2999-01-01T00:00:00Z')
     const { stdout } = await key(store, 'list')
     const lines = stdout.trimEnd().split('\n')

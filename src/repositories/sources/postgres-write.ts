@@ -133,10 +133,11 @@ export async function organizationExists (client: pg.ClientBase, id: string) {
 
 /**
  * Mints `successor` (of the same kind and organization as the key named `name`) and sets the old
- * key's expiry to now plus `graceMs`, or keeps the one it has when that is earlier: one transaction.
- * Answers the old key's expiry, or undefined when there is no key of that name.
+ * key's expiry to now plus `graceMs` (to the second, as the commands print it), or keeps the one it
+ * has when that is earlier: one transaction. Answers the old key's expiry (RFC 3339, UTC) and whether
+ * it had expired already, or undefined when there is no key of that name.
  */
-export async function rotateKey (client: pg.ClientBase, name: string, successor: Pick<ApiKey, 'name' | 'sha256' | 'expires_at'>, graceMs: number): Promise<{ kind: ApiKey['kind'], organization_id: string, expires_at: string } | undefined> {
+export async function rotateKey (client: pg.ClientBase, name: string, successor: Pick<ApiKey, 'name' | 'sha256' | 'expires_at'>, graceMs: number): Promise<{ kind: ApiKey['kind'], organization_id: string, expires_at: string, expired: boolean } | undefined> {
   await checkSchema(client)
   await client.query('BEGIN')
   try {
@@ -146,9 +147,11 @@ export async function rotateKey (client: pg.ClientBase, name: string, successor:
       if (error.code === '55P03') throw new Error(`another command is changing key ${JSON.stringify(name)} in table keys; nothing was written: try again once it ends`)
       throw error
     })
-    const { rows: [old] } = await client.query<{ kind: ApiKey['kind'], organization_id: string, expires_at: string }>(
-      `UPDATE keys SET expires_at = least(coalesce(expires_at, 'infinity'), now() + $2 * interval '1 millisecond') WHERE name = $1
-        RETURNING kind, organization_id, to_json(expires_at) #>> '{}' AS expires_at`, [name, graceMs])
+    // The row as it was comes from the FROM item: RETURNING sees only the new one.
+    const { rows: [old] } = await client.query<{ kind: ApiKey['kind'], organization_id: string, expires_at: string, expired: boolean }>(
+      `UPDATE keys SET expires_at = least(coalesce(keys.expires_at, 'infinity'), date_trunc('second', now() + $2 * interval '1 millisecond'))
+        FROM (SELECT expires_at FROM keys WHERE name = $1) AS previous WHERE name = $1
+        RETURNING kind, organization_id, to_json(keys.expires_at AT TIME ZONE 'UTC') #>> '{}' || 'Z' AS expires_at, coalesce(previous.expires_at <= now(), false) AS expired`, [name, graceMs])
     if (old === undefined) {
       await client.query('ROLLBACK')
       return undefined
