@@ -56,14 +56,22 @@ async function startReplicas (count: number) {
 
 type LogLine = Record<string, unknown>
 
-/** Resolves with the first log line after the `seen`-th one that `match` accepts; answers how many lines it read. */
-function waitForLog (server: RunningServer, seen: number, match: (line: LogLine) => boolean): Promise<{ line: LogLine, seen: number }> {
+/**
+ * Resolves with the first log line after the `seen`-th one that `match` accepts; answers how many lines
+ * it read. Not within PATIENCE_MS, or the server gone: an error that names `what` and shows the lines.
+ */
+function waitForLog (server: RunningServer, seen: number, match: (line: LogLine) => boolean, what = 'a log line'): Promise<{ line: LogLine, seen: number }> {
   return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      server.process.stdout!.off('data', look)
+      reject(new Error(`no ${what} within ${PATIENCE_MS} ms; the server said, from line ${seen + 1}:\n${server.output().split('\n').filter((text) => text.startsWith('{')).slice(seen).join('\n')}`))
+    }, PATIENCE_MS)
     const look = () => {
       const lines = server.output().split('\n').filter((text) => text.startsWith('{'))
       for (let index = seen; index < lines.length; index++) {
         const line = JSON.parse(lines[index]!) as LogLine
         if (match(line)) {
+          clearTimeout(timer)
           server.process.stdout!.off('data', look)
           resolve({ line, seen: index + 1 })
           return
@@ -71,7 +79,7 @@ function waitForLog (server: RunningServer, seen: number, match: (line: LogLine)
       }
     }
     server.process.stdout!.on('data', look)
-    server.exited.then((code) => reject(new Error(`server exited (${code}) while waiting:\n${server.output()}`)))
+    server.exited.then((code) => { clearTimeout(timer); reject(new Error(`server exited (${code}) while waiting for ${what}:\n${server.output()}`)) })
     look()
   })
 }
@@ -124,8 +132,11 @@ describe('replicas on one PostgreSQL database', () => {
     let marks = replicas.map(logLines)
     await database.stop()
     try {
+      // Lost on the listening connection, or on a read of the log where a replica polls (its probe's
+      // notification did not come back in time on a busy machine): either is the database gone.
       marks = await Promise.all(replicas.map(async (replica, index) => (await waitForLog(replica, marks[index]!, (line) =>
-        line.msg === 'cannot follow changes; the data read last keeps serving' && String(line.problem).includes('lost the connection to PostgreSQL'))).seen))
+        line.msg === 'cannot follow changes; the data read last keeps serving' && /(lost the connection to|cannot read the change log of) PostgreSQL/.test(String(line.problem)),
+      'line saying the replica cannot follow changes')).seen))
       for (const replica of replicas) {
         expect(await status(replica, '/v1/providers', KEYS.alphaStandard)).toBe(200)
         expect(await status(replica, '/v1/organization/members?limit=100', KEYS.alphaManagement)).toBe(200)
@@ -133,12 +144,12 @@ describe('replicas on one PostgreSQL database', () => {
     } finally {
       await database.start()
     }
-    const resyncs = await Promise.all(replicas.map((replica, index) => waitForLog(replica, marks[index]!, (line) => line.msg === 'following changes again; reading what changed meanwhile')))
+    const resyncs = await Promise.all(replicas.map((replica, index) => waitForLog(replica, marks[index]!, (line) => line.msg === 'following changes again; reading what changed meanwhile', 'line saying the replica follows changes again')))
     for (const { line } of resyncs) expect(line.unfollowed_ms).toBeGreaterThan(0)
 
     await sql("DELETE FROM keys WHERE name = 'alpha-standard'")
     for (const [index, replica] of replicas.entries()) {
-      await waitForLog(replica, resyncs[index]!.seen, installedWith('keys: "alpha-standard"'))
+      await waitForLog(replica, resyncs[index]!.seen, installedWith('keys: "alpha-standard"'), 'install of the revocation')
       expect(await status(replica, '/v1/providers', KEYS.alphaStandard)).toBe(401)
     }
   })
