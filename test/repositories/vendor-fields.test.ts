@@ -7,6 +7,7 @@ import { createLifecycle, type Lifecycle } from '../../src/repositories/lifecycl
 import { createFileSource, FIXTURE_FILES, loadFixtures } from '../../src/repositories/sources/files.js'
 import { createPostgresSource } from '../../src/repositories/sources/postgres.js'
 import type { DirectoryData } from '../../src/repositories/records.js'
+import type { Endpoint } from '../../src/schemas/endpoint.js'
 import { KEYS, bearer, build, makeData, makeEndpoint, makeSparseVendorEndpoint, makeVendorEndpoint } from '../helper.js'
 import { databaseWith, sharedPostgres } from '../postgres.js'
 
@@ -41,13 +42,17 @@ const sources: Array<[string, (data: DirectoryData) => Promise<Lifecycle>]> = [
 ]
 
 describe.each(sources)('endpoints with the vendor\'s newer fields, from %s', (_source, replicaOf) => {
-  it('are loaded and served as written, next to a record that has none of them', async () => {
-    const endpoints = [makeVendorEndpoint(1), makeEndpoint(2), makeVendorEndpoint(3, { native_tools: {}, quantization: null })]
+  /** The ZDR listing of a replica loaded from these endpoints. */
+  async function listingOf (endpoints: Endpoint[]) {
     const lifecycle = await replicaOf(makeData({ endpoints }))
     lifecycles.push(lifecycle)
     await lifecycle.load()
-    const app = build({ snapshots: lifecycle })
-    const res = await app.inject({ url: '/v1/endpoints/zdr', headers: bearer(KEYS.alphaStandard) })
+    return await build({ snapshots: lifecycle }).inject({ url: '/v1/endpoints/zdr', headers: bearer(KEYS.alphaStandard) })
+  }
+
+  it('are loaded and served as written, next to a record that has none of them', async () => {
+    const endpoints = [makeVendorEndpoint(1), makeEndpoint(2), makeVendorEndpoint(3, { native_tools: {}, quantization: null })]
+    const res = await listingOf(endpoints)
     expect(res.statusCode).toBe(200)
     expect(res.body).toBe(JSON.stringify({ data: [endpoints[0], { ...endpoints[1], native_tools: {} }, endpoints[2]] }))
   })
@@ -56,11 +61,7 @@ describe.each(sources)('endpoints with the vendor\'s newer fields, from %s', (_s
     const endpoints = [makeSparseVendorEndpoint(1), makeEndpoint(2)]
     expect(Object.keys(endpoints[0]!)).not.toContain('status')
     expect(Object.keys(endpoints[0]!.pricing)).toEqual(['prompt', 'completion'])
-    const lifecycle = await replicaOf(makeData({ endpoints }))
-    lifecycles.push(lifecycle)
-    await lifecycle.load()
-    const app = build({ snapshots: lifecycle })
-    const res = await app.inject({ url: '/v1/endpoints/zdr', headers: bearer(KEYS.alphaStandard) })
+    const res = await listingOf(endpoints)
     expect(res.statusCode).toBe(200)
     expect(res.body).toBe(JSON.stringify({ data: endpoints.map((endpoint) => ({ ...endpoint, native_tools: {} })) }))
     // The official SDK reads the answer as the vendor's: the fields absent, not filled in.
