@@ -220,6 +220,17 @@ async function metricsPlugin (app: FastifyInstance, { enabled, snapshots, maxSta
 
 /** The data served, read from the lifecycle when Prometheus scrapes: nothing to do per request or per change. */
 function snapshotMetrics (registry: Registry, snapshots: Snapshots, maxStalenessMs: number | undefined) {
+  /** A gauge of what `read` gives at the scrape, and no sample where it gives nothing (files, or not known). */
+  const gaugeOrAbsent = (name: string, help: string, read: () => number | undefined) => new Gauge({
+    name,
+    help,
+    registers: [registry],
+    collect () {
+      const value = read()
+      if (value === undefined) this.remove()
+      else this.set(value)
+    }
+  })
   new Gauge({
     name: 'directory_data_unconfirmed_seconds',
     help: 'Seconds since the data served was last confirmed current (the start of the last read of the source that succeeded)',
@@ -295,17 +306,10 @@ function snapshotMetrics (registry: Registry, snapshots: Snapshots, maxStaleness
       this.inc(snapshots.info().readFailures)
     }
   })
-  new Gauge({
-    name: 'directory_source_position',
-    help: 'PostgreSQL: the transaction horizon of the snapshot served (the xmax of the database snapshot it was read at, a 64-bit transaction id), comparable between replicas of one database; absent with files',
-    registers: [registry],
-    collect () {
-      const { position } = snapshots.info()
-      // No sample rather than a 0 that would read as a position.
-      if (position === undefined) this.remove()
-      else this.set(position)
-    }
-  })
+  // No sample rather than a 0 that would read as a position.
+  gaugeOrAbsent('directory_source_position',
+    'PostgreSQL: the transaction horizon of the snapshot served (the xmax of the database snapshot it was read at, a 64-bit transaction id), comparable between replicas of one database; absent with files',
+    () => snapshots.info().position)
   new Gauge({
     name: 'directory_source_lag_entries',
     help: 'Entries of the change log committed and not yet installed by this replica, as of the scrape: 0 when caught up or unknown',
@@ -318,16 +322,9 @@ function snapshotMetrics (registry: Registry, snapshots: Snapshots, maxStaleness
     registers: [registry],
     collect () { this.set(snapshots.info().lag.seconds) }
   })
-  new Gauge({
-    name: 'directory_source_replay_lag_seconds',
-    help: 'PostgreSQL: how far the database read is behind its primary, as last read (a hot standby\'s replay lag, counted against MAX_STALENESS_MS); 0 on a primary; absent with files or when it cannot be told',
-    registers: [registry],
-    collect () {
-      const { replayLagSeconds } = snapshots.info()
-      if (replayLagSeconds === undefined) this.remove()
-      else this.set(replayLagSeconds)
-    }
-  })
+  gaugeOrAbsent('directory_source_replay_lag_seconds',
+    'PostgreSQL: how far the database read is behind its primary, as last read (a hot standby\'s replay lag, counted against MAX_STALENESS_MS); 0 on a primary; absent with files or when it cannot be told',
+    () => snapshots.info().replayLagSeconds)
   new Gauge({
     name: 'directory_source_clock_offset_seconds',
     help: 'PostgreSQL: the database\'s clock minus this replica\'s, as last measured; keys expire on the database\'s time; 0 with files',

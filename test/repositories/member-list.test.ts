@@ -60,6 +60,12 @@ describe('an organization past the most members, in PostgreSQL', () => {
   }
   const bulk = (organization: string, count: number, from = 1000) => `INSERT INTO members (organization_id, id, email, role, position)
     SELECT '${organization}', 'bulk_' || n, 'bulk' || n || '@example.com', 'org:member', ${from} + n FROM generate_series(1, ${count}) AS n`
+  /** Milliseconds `write` takes. */
+  const timed = async (write: () => Promise<unknown>) => {
+    const started = performance.now()
+    await write()
+    return Math.round(performance.now() - started)
+  }
   const refusedMessage = (organization: string) => `Organization ${organization} cannot be served: the server refused its data ` +
     "(more members than it may have, or a member record that is not valid); the server's log says why"
 
@@ -67,11 +73,6 @@ describe('an organization past the most members, in PostgreSQL', () => {
     const { client: admin } = await databaseWith(server, makeData())
     try {
       await admin.query("INSERT INTO organizations (id, name) VALUES ('org_full', 'Full'), ('org_unchecked', 'Unchecked')")
-      const timed = async (write: () => Promise<unknown>) => {
-        const started = performance.now()
-        await write()
-        return Math.round(performance.now() - started)
-      }
       // The bound's cost, beside the same statement without it: the test fails only on a cost out of all proportion.
       const unchecked = await timed(() => unbounded(admin, bulk('org_unchecked', MAX_MEMBERS)))
       const checked = await timed(() => admin.query(bulk('org_full', MAX_MEMBERS)))
@@ -96,11 +97,6 @@ describe('an organization past the most members, in PostgreSQL', () => {
       await admin.query(`INSERT INTO organizations (id, name) SELECT 'org_' || i, 'Org ' || i FROM generate_series(1, 20000) AS i`)
       await admin.query(`INSERT INTO members (organization_id, id, email, role)
         SELECT 'org_' || i, 'user_' || m, 'user' || m || '@org' || i || '.example', 'org:member' FROM generate_series(1, 20000) AS i, generate_series(1, 10) AS m`)
-      const timed = async (write: () => Promise<unknown>) => {
-        const started = performance.now()
-        await write()
-        return Math.round(performance.now() - started)
-      }
       const rename = (name: string) => `UPDATE members SET first_name = '${name}' WHERE organization_id <> 'org_alpha'`
       // A statement of one member first, in the same session: PL/pgSQL keeps the plan of the bound's
       // query made for it, and ran it again for every member of the large statement (90 s for 200000).
