@@ -73,12 +73,14 @@ describe('an organization past the most members, in PostgreSQL', () => {
     const { client: admin } = await databaseWith(server, makeData())
     try {
       await admin.query("INSERT INTO organizations (id, name) VALUES ('org_full', 'Full'), ('org_unchecked', 'Unchecked')")
-      // The bound's cost, beside the same statement without it: the test fails only on a cost out of all proportion.
+      // The bound's cost, beside the same statement without it: the test fails only on a cost out of all
+      // proportion (a count per row is one of 100000 rows per row). Not 3 times: beside the rest of the
+      // suite, one of two statements run in turn took four times the other (8.8 s against 2.2 s).
       const unchecked = await timed(() => unbounded(admin, bulk('org_unchecked', MAX_MEMBERS)))
       const checked = await timed(() => admin.query(bulk('org_full', MAX_MEMBERS)))
       const updated = await timed(() => admin.query("UPDATE members SET position = position + 1 WHERE organization_id = 'org_full'"))
       expect(checked, `${MAX_MEMBERS} members in one INSERT: ${checked} ms with the bound, ${unchecked} ms without; an UPDATE of them all in place: ${updated} ms`)
-        .toBeLessThan(Math.max(3 * unchecked, 2000))
+        .toBeLessThan(Math.max(6 * unchecked, 2000))
       const refusal = `organization 'org_full' would have ${MAX_MEMBERS + 1} members, more than ${MAX_MEMBERS}, the most an organization may have`
       await expect(admin.query("INSERT INTO members (organization_id, id, email, role) VALUES ('org_full', 'one_more', 'one@example.com', 'org:member')")).rejects.toThrow(refusal)
       await expect(admin.query(`${bulk('org_alpha', MAX_MEMBERS)}`)).rejects.toThrow(`organization 'org_alpha' would have ${MAX_MEMBERS + 250} members`)
