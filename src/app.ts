@@ -148,7 +148,7 @@ export function buildApp ({ snapshots, log, settings, clock = Date.now }: AppOpt
     // then refused.
     await v1.register(auth, { snapshots, limitRefusals, clock, maxStalenessMs })
     // After auth in the scope's order: the key is known.
-    if (limitKey) v1.addHook('onRequest', limitKey)
+    v1.addHook('onRequest', limitKey)
     // Answers vary on Accept-Encoding, and with CORS on Origin too: the routes set Vary whole.
     const send = createSenders(origins.length > 0 ? 'Origin, Accept-Encoding' : 'Accept-Encoding')
     await v1.register(listRoutes, { send })

@@ -38,6 +38,8 @@ const ConfigSchema = Type.Object({
   TRUST_PROXY: Type.Optional(Type.String({ pattern: '^([0-9]+|[0-9A-Fa-f.:/]+(,\\s*[0-9A-Fa-f.:/]+)*)$', expected: 'a number of proxy hops (1), or addresses and CIDR ranges, comma-separated (10.0.0.0/8, 127.0.0.1)' })),
   // Browser origins allowed to call the API, or * for any.
   CORS_ORIGINS: Type.String({ default: '', pattern: '^(\\*|(https?://[A-Za-z0-9.-]+(:[0-9]+)?(,\\s*https?://[A-Za-z0-9.-]+(:[0-9]+)?)*)?)$', expected: 'origins with their scheme, comma-separated (https://dash.example.com, http://localhost:5173), or *' }),
+  // Read by npm run key (a folder's history) and npm run db -- trim (table key_history), not by the server.
+  KEY_HISTORY_RETENTION_DAYS: Type.Integer({ default: 90, minimum: 1, description: 'How many days the history of the keys keeps an entry' }),
   SHUTDOWN_GRACE_MS: Type.Integer({ default: 10000, minimum: 0, description: 'How long in-flight requests may run after SIGTERM' }),
   // Above the idle timeout of the load balancers usually in front (60 s for AWS ALB and nginx), so
   // that the balancer, not us, closes an idle pooled connection: closing it ourselves races a

@@ -10,7 +10,7 @@ import { JsonArrayWriter, MAX_ELEMENT_BYTES } from '../repositories/json-array-f
 import { MAX_FILE_BYTES } from '../repositories/json-file.js'
 import { connectPostgres, locationOf } from '../repositories/sources/postgres.js'
 import { exportDirectory } from '../repositories/sources/postgres-export.js'
-import { RETENTION_MS, migrate, trimChanges } from '../repositories/sources/postgres-schema.js'
+import { RETENTION_MS, migrate, trimChanges, trimKeyHistory } from '../repositories/sources/postgres-schema.js'
 import { formatDuration, parseDuration } from './duration.js'
 import { replaceDirectory, type DirectoryBatches } from '../repositories/sources/postgres-write.js'
 import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine, refuseCommandLine, refuseUnknownCommand } from './command-line.js'
@@ -33,7 +33,8 @@ replicas or Jobs run it at once: the first applies, the others find nothing to d
 usage: npm run db -- migrate
 `],
   ['trim', `Removes the change log's entries older than the retention (default ${formatDuration(RETENTION_MS)}), then
-VACUUMs the log so that its space is reused. A replica that was away longer than the retention reads
+VACUUMs the log so that its space is reused; and the entries of the keys' history (table key_history)
+older than KEY_HISTORY_RETENTION_DAYS (default 90). A replica that was away longer than the retention reads
 every table again when it comes back. Run it on the primary, every few minutes (deploy/kubernetes-postgres
 has a CronJob); a hot standby refuses it.
 
@@ -118,6 +119,9 @@ async function main () {
     } else if (command === 'trim') {
       const removed = await trimChanges(client, olderThan)
       process.stderr.write(`trimmed the change log of ${locationOf(url)}: ${removed} entries older than ${formatDuration(olderThan)} removed\n`)
+      const days = config.KEY_HISTORY_RETENTION_DAYS
+      const history = await trimKeyHistory(client, days * 86_400_000)
+      process.stderr.write(`trimmed the keys' history of ${locationOf(url)}: ${history} entries older than ${days} days (KEY_HISTORY_RETENTION_DAYS) removed\n`)
     } else {
       // A check a migration leaves unvalidated, on rows already there that break it, is told (postgres-schema.ts).
       client.on('notice', (notice) => { if (notice.severity === 'WARNING') process.stderr.write(`warning: ${notice.message}\n`) })

@@ -1,54 +1,86 @@
-// Mints an API key (prints it once, records only its SHA-256) or revokes one, in the data the
-// servers read: the database when DATABASE_URL is set, else keys.json of the data folder.
-// Running servers follow the change; no restart.
+// Mints an API key (prints it once, records only its SHA-256), rotates, expires, disables, enables,
+// limits, revokes, prunes or lists them, and shows their history, in the data the servers read: the
+// database when DATABASE_URL is set, else keys.json of the data folder. Running servers follow the
+// change; no restart.
 import { hash, randomBytes } from 'node:crypto'
-import { access, open, readFile, rm } from 'node:fs/promises'
+import { access, appendFile, open, readFile, rm, writeFile } from 'node:fs/promises'
+import { userInfo } from 'node:os'
 import { join } from 'node:path'
 import { isGiven, loadConfig } from '../config.js'
 import { recordProblem, validateRecords } from '../repositories/records.js'
 import { FIXTURE_FILES } from '../repositories/sources/files.js'
 import { readJsonFile, writeJsonFile } from '../repositories/json-file.js'
 import { connectPostgres, locationOf } from '../repositories/sources/postgres.js'
-import { deleteKey, insertKey, listKeys, organizationExists, rotateKey } from '../repositories/sources/postgres-write.js'
+import { deleteKey, insertKey, keyHistory, listKeys, organizationExists, pruneKeys, updateKey, type HistoryEntry } from '../repositories/sources/postgres-write.js'
 import { instantText, timestampMs, timestampText } from '../schemas/formats.js'
 import { formatDuration, parseDuration } from './duration.js'
-import { KEY_KINDS, type ApiKey } from '../schemas/fixtures.js'
+import { KEY_KINDS, RATE_LIMIT_MAX, type ApiKey } from '../schemas/fixtures.js'
 import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine, refuseCommandLine, refuseUnknownCommand } from './command-line.js'
 
-const USAGE = 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--expires-in <duration> | --expires-at <time>] [--data-dir <dir>]' +
-  ' | npm run key -- rotate --name <label> [--grace <duration>] [--new-name <label>] [--data-dir <dir>]' +
-  ' | npm run key -- revoke --name <label> [--data-dir <dir>] | npm run key -- list [--data-dir <dir>]'
+const COMMANDS = ['rotate', 'expire', 'disable', 'enable', 'limit', 'revoke', 'prune', 'history', 'list'] as const
+type Command = typeof COMMANDS[number] | 'mint'
 
-const HELP = `Mints an API key, rotates, revokes or lists them, where the servers read keys: the keys table when
-DATABASE_URL is set, else keys.json of a data folder. Running servers follow the change without a restart.
+const SYNOPSIS = `npm run key -- --kind standard|management --org <organization id> --name <name> [--expires-in <duration> | --expires-at <time>] [--rate-limit <n>]
+       npm run key -- rotate --name <name> [--grace <duration>] [--expires-in <duration> | --expires-at <time>]
+       npm run key -- expire --name <name> (--in <duration> | --at <time>)
+       npm run key -- disable --name <name>
+       npm run key -- enable --name <name>
+       npm run key -- limit --name <name> --per-minute <n>|default
+       npm run key -- revoke --name <name>
+       npm run key -- prune [--expired-before <time>]
+       npm run key -- history [--name <name>]
+       npm run key -- list`
 
-usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--expires-in <duration> | --expires-at <time>] [--data-dir <dir>]
-       npm run key -- rotate --name <label> [--grace <duration>] [--new-name <label>] [--data-dir <dir>]
-       npm run key -- revoke --name <label> [--data-dir <dir>]
-       npm run key -- list [--data-dir <dir>]
+const USAGE = 'usage: npm run key -- --kind standard|management --org <organization id> --name <name> [...] | rotate | expire | disable | enable | limit | revoke | prune | history | list (each takes [--data-dir <dir>])'
+
+const HELP = `Mints an API key, and rotates, expires, disables, enables, limits, revokes, prunes, lists keys or shows
+their history, where the servers read keys: the keys table when DATABASE_URL is set, else keys.json of a
+data folder. Running servers follow each change within a second, without a restart.
+
+usage: ${SYNOPSIS}
+       (each takes [--data-dir <dir>])
+
+  (no command)                mints a key of that kind, organization and name; prints it once
+  rotate                      gives the key a new secret, printed once; the key keeps its name, kind,
+                              organization, limit and state, and its expiry (one already past is
+                              dropped); the secret before keeps working until the grace ends
+  expire                      sets or changes the key's expiry
+  disable, enable             the key answers 401 (This API key is disabled) until enabled again
+  limit                       the key's own rate limit, in place of RATE_LIMIT_PER_MINUTE; default: that setting again
+  revoke                      deletes the key: it answers 401 at once
+  prune                       deletes the keys, and the previous secrets, whose end has passed
+  history                     every change of the keys (of one), oldest first: when, what, and who
+  list                        every key: kind, organization, expiry, status, limit, previous secret's end
 
   --kind standard|management  a standard key calls every operation but the member listing; a management
                               key calls that one too, for the members of its own organization
   --org <organization id>     the organization the key belongs to; one the directory does not have is refused
-  --name <label>              the key's name, unique: what rotate and revoke take
+  --name <name>               the key's name, unique, the same through rotations: what the commands take
   --expires-in <duration>     the key answers 401 after this long: 30s, 15m, 12h, 90d
   --expires-at <time>         ... or from this instant, RFC 3339 with a time zone (2026-12-31T23:59:59Z);
                               an instant already past is refused
-  --grace <duration>          rotate: how long the old key keeps working (default 1h; 0 ends it at once;
-                              a key expiring sooner keeps its expiry, and one expired already stays so)
-  --new-name <label>          rotate: the successor's name (default: the old name and the time)
+  --rate-limit <n>            requests a minute the key may make (1 to ${RATE_LIMIT_MAX}), in place of RATE_LIMIT_PER_MINUTE
+  --grace <duration>          rotate: how long the secret before keeps working (default 1h; 0 ends it at
+                              once; never past the key's own expiry)
+  --in <duration>, --at <time>  expire: when the key expires, from now or at an instant
+  --per-minute <n>|default    limit: the key's own limit, or default to follow RATE_LIMIT_PER_MINUTE again
+  --expired-before <time>     prune: what ended before this instant (default: now)
   --data-dir <dir>            keys.json of this folder, even when DATABASE_URL is set (default:
                               DATABASE_URL, else DATA_DIR; never the bundled fixtures/)
   -h, --help                  prints this help
 
-A key minted or rotated is printed once, on stdout; only its SHA-256 is recorded. Capture it without npm's banner:
-  KEY=$(npm run -s key -- --kind standard --org <organization id> --name <label> --data-dir <dir>)
-Expiries are printed in UTC, to the second (2026-12-31T23:59:59Z), and compared with each server's
-clock: run NTP.
+A key minted or rotated is printed once, on stdout, and nothing else is; only its SHA-256 is recorded.
+Capture it without npm's banner:
+  KEY=$(npm run -s key -- --kind standard --org <organization id> --name <name> --data-dir <dir>)
+  KEY=$(npm run -s key -- rotate --name <name> --grace 1h)
+Instants are printed in UTC, to the second (2026-12-31T23:59:59Z), and compared with each server's
+clock: run NTP. The history of a folder's keys is key-history.jsonl beside keys.json; in PostgreSQL,
+table key_history, written by the database itself. Entries older than KEY_HISTORY_RETENTION_DAYS are
+removed: by npm run db -- trim in PostgreSQL, by the next key command in a folder.
 `
 
-/** A key as list shows it: never its hash. */
-type Listed = Omit<ApiKey, 'sha256'>
+/** A key as list shows it: never a hash, of its secret or of the one before. */
+type Listed = Omit<ApiKey, 'sha256' | 'previous'> & { previous?: { expires_at: string } | null }
 
 /** Where keys are kept: the keys table, or keys.json of a folder. */
 interface KeyStore {
@@ -56,37 +88,55 @@ interface KeyStore {
   /** Now, in ms since the epoch, on the clock the servers judge expiries by: PostgreSQL's, or this machine's for files. */
   now(): Promise<number>
   add(key: ApiKey): Promise<void>
+  /**
+   * Changes the key of that name as `change` says, given it and now (the store's clock), at once;
+   * undefined when there is none.
+   */
+  update(name: string, change: (key: ApiKey, now: number) => ApiKey): Promise<{ before: ApiKey, after: ApiKey } | undefined>
   /** False when there is no key of that name. */
   remove(name: string): Promise<boolean>
+  /** Removes the keys whose expiry is before `before`, and the previous secrets whose end is. */
+  prune(before: number): Promise<{ keys: number, secrets: number }>
+  /** The last `limit` entries of the history (of one key), oldest first, and how many there are. */
+  history(name: string | undefined, limit: number): Promise<{ entries: HistoryEntry[], total: number }>
   /** Where the organizations are, for a message. */
   organizations: string
   /** False when the store knows of no organization of that id. */
   hasOrganization(id: string): Promise<boolean>
-  /**
-   * Mints `successor` beside the key named `name` and ends that one after the grace, at once; undefined
-   * when there is none. `expired`: the old key had expired already, and keeps its expiry.
-   */
-  rotate(name: string, successor: Pick<ApiKey, 'name' | 'sha256' | 'expires_at'>, graceMs: number): Promise<{ kind: ApiKey['kind'], organization_id: string, expires_at: string, expired: boolean } | undefined>
   list(): Promise<Listed[]>
   close(): Promise<void>
 }
 
+/** Who runs the command, as a folder's history names them. */
+const osUser = () => {
+  try {
+    return userInfo().username
+  } catch {
+    return process.env.USER ?? 'unknown'
+  }
+}
+
 async function openStore (dataDir: string | undefined): Promise<KeyStore> {
   const config = loadConfig()
+  const retentionMs = config.KEY_HISTORY_RETENTION_DAYS * 86_400_000
   // An explicit folder wins; then the source the server would use.
   if (dataDir === undefined && config.DATABASE_URL) {
     const client = await connectPostgres(config.DATABASE_URL, config.DATABASE_CONNECT_TIMEOUT_MS, {
       onRetry: (line) => { process.stderr.write(`${line}\n`) }
     })
+    // The history names the role; the client says which command, run by whom on which machine's account.
+    await client.query("SELECT set_config('application_name', $1, false)", [`npm run key, by ${osUser()}`.slice(0, 63)])
     return {
       where: `table keys of ${locationOf(config.DATABASE_URL)}`,
       organizations: `table organizations of ${locationOf(config.DATABASE_URL)}`,
       now: async () => Number((await client.query<{ now: string }>('SELECT extract(epoch FROM now()) * 1000 AS now')).rows[0]!.now),
       add: (key) => insertKey(client, key),
+      update: (name, change) => updateKey(client, name, change),
       remove: (name) => deleteKey(client, name),
+      prune: (before) => pruneKeys(client, before),
+      history: (name, limit) => keyHistory(client, name, limit),
       hasOrganization: (id) => organizationExists(client, id),
-      rotate: (name, successor, graceMs) => rotateKey(client, name, successor, graceMs),
-      list: () => listKeys(client),
+      list: async () => (await listKeys(client)).map(listed),
       close: () => client.end()
     }
   }
@@ -96,9 +146,15 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
     throw new Error('no data to write into: pass --data-dir <dir>, or set DATA_DIR or DATABASE_URL (the bundled fixtures/ folder is left alone)')
   }
   const file = join(dir, FIXTURE_FILES.keys)
-  const write = (keys: ApiKey[]) => writeJsonFile(file, keys)
+  const history = join(dir, HISTORY_FILE)
   // Each change reads the file, changes it and writes it whole, holding the folder's lock: two commands
   // at once would each write their own, and one's key would be lost while it says it was recorded.
+  // Then its history, under the same lock.
+  const write = async (keys: ApiKey[], entries: HistoryEntry[]) => {
+    await writeJsonFile(file, keys)
+    await appendHistory(history, entries, retentionMs)
+  }
+  const entry = (name: string, action: string, changes: HistoryEntry['changes'] = null): HistoryEntry => ({ at: instantText(Date.now()), name, action, changes, by: osUser() })
   return {
     where: file,
     organizations: join(dir, FIXTURE_FILES.organizations),
@@ -106,31 +162,50 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
     add: (key) => withLock(file, async () => {
       const keys = await readKeys(file, true)
       if (keys.some((existing) => existing.name === key.name)) throw new Error(`a key named ${JSON.stringify(key.name)} exists already in ${file}`)
-      await write([...keys, key])
+      await write([...keys, key], [entry(key.name, 'minted', fieldsOf(key))])
+    }),
+    update: (name, change) => withLock(file, async () => {
+      const keys = await readKeys(file, false)
+      const before = keys.find((key) => key.name === name)
+      if (before === undefined) return undefined
+      const after = change(before, Date.now())
+      await write(keys.map((key) => key === before ? after : key), [entry(name, actionOf(before, after), changesOf(before, after))])
+      return { before, after }
     }),
     remove: (name) => withLock(file, async () => {
       const keys = await readKeys(file, false)
       const kept = keys.filter((key) => key.name !== name)
       if (kept.length === keys.length) return false
-      await write(kept)
+      await write(kept, [entry(name, 'revoked')])
       return true
     }),
-    rotate: (name, successor, graceMs) => withLock(file, async () => {
+    prune: (before) => withLock(file, async () => {
       const keys = await readKeys(file, false)
-      const old = keys.find((key) => key.name === name)
-      if (old === undefined) return undefined
-      if (keys.some((key) => key.name === successor.name)) throw new Error(`a key named ${JSON.stringify(successor.name)} exists already in ${file}`)
-      const now = Date.now()
-      const until = old.expires_at == null ? Infinity : timestampMs(old.expires_at)
-      // To the second, as printed: the old key works until the instant the message names.
-      const end = Math.min(until, wholeSecond(now + graceMs))
-      const ended = { ...old, expires_at: end === until ? old.expires_at! : timestampText(end) }
-      // One atomic write: both keys, or neither.
-      await write([...keys.map((key) => key === old ? ended : key), { ...successor, kind: old.kind, organization_id: old.organization_id }])
-      return { kind: old.kind, organization_id: old.organization_id, expires_at: ended.expires_at, expired: until <= now }
+      const entries: HistoryEntry[] = []
+      const kept: ApiKey[] = []
+      let secrets = 0
+      for (const key of keys) {
+        if (key.expires_at != null && timestampMs(key.expires_at) < before) {
+          entries.push(entry(key.name, 'pruned'))
+        } else if (key.previous != null && timestampMs(key.previous.expires_at) < before) {
+          const { previous: _ended, ...rest } = key
+          entries.push(entry(key.name, 'pruned', changesOf(key, rest)))
+          kept.push(rest)
+          secrets++
+        } else {
+          kept.push(key)
+        }
+      }
+      if (entries.length > 0) await write(kept, entries)
+      return { keys: keys.length - kept.length, secrets }
     }),
+    async history (name, limit) {
+      const all = await readHistory(history)
+      const entries = name === undefined ? all : all.filter((each) => each.name === name)
+      return { entries: entries.slice(-limit), total: entries.length }
+    },
     async list () {
-      return (await readKeys(file, false)).map(({ sha256: _hash, ...key }) => key).sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0)
+      return (await readKeys(file, false)).map(listed).sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0)
     },
     async hasOrganization (id) {
       const organizations = await readJsonFile(join(dir, FIXTURE_FILES.organizations), FIXTURE_FILES.organizations).catch(() => [])
@@ -138,6 +213,74 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
     },
     close: async () => {}
   }
+}
+
+/** A key as list shows it: its hashes left out. */
+function listed ({ sha256: _hash, previous, ...key }: ApiKey): Listed {
+  return previous == null ? key : { ...key, previous: { expires_at: previous.expires_at } }
+}
+
+/** The history of a folder's keys, a JSON object a line, beside keys.json. */
+const HISTORY_FILE = 'key-history.jsonl'
+
+/** The entries of a history file, oldest first; none when there is no file. A line that is not an entry is skipped. */
+async function readHistory (file: string): Promise<HistoryEntry[]> {
+  const text = await readFile(file, 'utf8').catch((error: NodeJS.ErrnoException) => {
+    if (error.code === 'ENOENT') return ''
+    throw error
+  })
+  return text.split('\n').flatMap((line) => {
+    try {
+      const value = JSON.parse(line) as HistoryEntry
+      return typeof value === 'object' && value !== null && typeof value.at === 'string' ? [value] : []
+    } catch {
+      return []
+    }
+  })
+}
+
+/**
+ * Appends the entries; when the oldest entry is past the retention, the file is written again
+ * without the entries past it (once in a while: the file is otherwise only appended to).
+ */
+async function appendHistory (file: string, entries: readonly HistoryEntry[], retentionMs: number) {
+  const lines = entries.map((each) => `${JSON.stringify(each)}\n`).join('')
+  const existing = await readHistory(file)
+  const cutoff = Date.now() - retentionMs
+  if (existing.length > 0 && timestampMs(existing[0]!.at) < cutoff) {
+    await writeFile(file, existing.filter((each) => timestampMs(each.at) >= cutoff).map((each) => `${JSON.stringify(each)}\n`).join('') + lines)
+  } else {
+    await appendFile(file, lines)
+  }
+}
+
+/** A key's fields as its history shows them when it is minted: never a hash. */
+function fieldsOf ({ name: _name, sha256: _hash, previous: _previous, ...fields }: ApiKey): Record<string, unknown> {
+  return fields
+}
+
+/**
+ * The fields that differ, each [before, after] (null where absent), a replaced secret as "replaced":
+ * what table key_history records of an UPDATE (its trigger, key_history_changes).
+ */
+function changesOf (before: ApiKey, after: ApiKey): Record<string, unknown> {
+  const flat = (key: ApiKey) => ({ ...fieldsOf(key), disabled: key.disabled === true, previous_expires_at: key.previous?.expires_at ?? null })
+  const [old, now] = [flat(before), flat(after)] as Array<Record<string, unknown>>
+  const changes: Record<string, unknown> = {}
+  for (const field of new Set([...Object.keys(old!), ...Object.keys(now!)])) {
+    if ((old![field] ?? null) !== (now![field] ?? null)) changes[field] = [old![field] ?? null, now![field] ?? null]
+  }
+  if (before.sha256 !== after.sha256) changes.sha256 = 'replaced'
+  return changes
+}
+
+/** What a change of a key was, named as table key_history names it (key_history_record). */
+function actionOf (before: ApiKey, after: ApiKey): string {
+  if (before.sha256 !== after.sha256) return 'rotated'
+  if ((before.disabled === true) !== (after.disabled === true)) return after.disabled === true ? 'disabled' : 'enabled'
+  if ((before.expires_at ?? null) !== (after.expires_at ?? null)) return 'expiry set'
+  if ((before.rate_limit_per_minute ?? null) !== (after.rate_limit_per_minute ?? null)) return 'limit set'
+  return 'changed'
 }
 
 /** Whether a process of that id runs (one of another user's counts). */
@@ -192,111 +335,264 @@ const newSecret = () => `sk-or-v1-${randomBytes(32).toString('hex')}`
 /** Whether now plus `ms` is an instant a key's expiry can hold (RFC 3339 has four digits for the year). */
 const withinYears = (ms: number) => Date.now() + ms < Date.UTC(10000, 0, 1)
 
-/**
- * The expiry the options ask for, undefined for none: an RFC 3339 instant (UTC), or a duration from now
- * on the store's clock; refuses the command line when it is not one.
- */
-function expiryOf (values: { 'expires-in'?: string | undefined, 'expires-at'?: string | undefined }): string | { inMs: number } | undefined {
-  const { 'expires-in': expiresIn, 'expires-at': expiresAt } = values
-  if (expiresIn !== undefined && expiresAt !== undefined) refuseCommandLine('key', 'give --expires-in or --expires-at, not both')
-  if (expiresIn !== undefined) {
-    const ms = parseDuration(expiresIn)
-    if (ms === undefined || !withinYears(ms)) refuseCommandLine('key', `--expires-in ${JSON.stringify(expiresIn)} is not a duration such as 30s, 15m, 12h or 90d, ending before the year 10000`)
-    return { inMs: ms }
-  }
-  if (expiresAt !== undefined && Number.isNaN(timestampMs(expiresAt))) {
-    refuseCommandLine('key', `--expires-at ${JSON.stringify(expiresAt)} is not an RFC 3339 timestamp with a time zone (2026-12-31T23:59:59Z)`)
-  }
-  return expiresAt
+/** A duration option, in ms; refuses the command line when it is not one. */
+function durationOption (option: string, text: string): number {
+  const ms = parseDuration(text)
+  if (ms === undefined || !withinYears(ms)) refuseCommandLine('key', `--${option} ${JSON.stringify(text)} is not a duration such as 30s, 15m, 12h or 90d, ending before the year 10000`)
+  return ms
 }
 
-/** `name  kind  organization  expiry` lines, aligned, the expired marked. */
-function formatList (keys: Listed[], now: number): string {
-  const rows = [['NAME', 'KIND', 'ORGANIZATION', 'EXPIRES'], ...keys.map((key) => [key.name, key.kind, key.organization_id,
-    key.expires_at == null ? 'never' : `${instantText(timestampMs(key.expires_at))}${timestampMs(key.expires_at) <= now ? ' (expired)' : ''}`])]
+/** An expiry the options ask for: an RFC 3339 instant, or a duration from now on the store's clock. */
+type Expiry = { at: string, option: string } | { inMs: number, option: string }
+
+/**
+ * The expiry the options `inOption` (a duration) and `atOption` (an instant) ask for, undefined for
+ * none; refuses the command line when they are both given, or not what they should be.
+ */
+function expiryOption (inOption: string, inText: string | undefined, atOption: string, atText: string | undefined): Expiry | undefined {
+  if (inText !== undefined && atText !== undefined) refuseCommandLine('key', `give --${inOption} or --${atOption}, not both`)
+  if (inText !== undefined) return { inMs: durationOption(inOption, inText), option: `--${inOption} ${JSON.stringify(inText)}` }
+  if (atText === undefined) return undefined
+  if (Number.isNaN(timestampMs(atText))) refuseCommandLine('key', `--${atOption} ${JSON.stringify(atText)} is not an RFC 3339 timestamp with a time zone (2026-12-31T23:59:59Z)`)
+  return { at: atText, option: `--${atOption} ${JSON.stringify(atText)}` }
+}
+
+/**
+ * The instant an expiry option names, on the store's clock; refused when it is not in the future: a
+ * key born expired answers 401 from the start, a typo in the year most likely.
+ */
+function expiryAt (expiry: Expiry, now: number): string {
+  const at = 'at' in expiry ? expiry.at : timestampText(wholeSecond(now + expiry.inMs))
+  if (timestampMs(at) <= now) throw new Error(`${expiry.option} is not in the future: it is ${instantText(now)} now; nothing was written`)
+  return at
+}
+
+/** The rate limit an option gives: a whole number from 1 to RATE_LIMIT_MAX (`default`, none, where allowed). */
+function limitOption (option: string, text: string, allowDefault: boolean): number | null {
+  if (allowDefault && text === 'default') return null
+  if (!/^[0-9]{1,10}$/.test(text) || Number(text) < 1 || Number(text) > RATE_LIMIT_MAX) {
+    refuseCommandLine('key', `--${option} ${JSON.stringify(text)} is not a whole number of requests a minute from 1 to ${RATE_LIMIT_MAX}${allowDefault ? ', or default' : ''}`)
+  }
+  return Number(text)
+}
+
+/** An instant as printed, `never` for none. */
+const shown = (at: string | null | undefined) => at == null ? 'never' : instantText(timestampMs(at))
+
+/** Rows of cells as aligned columns, the last one not padded. */
+function table (rows: string[][]): string {
   const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)))
-  return rows.map((row) => row.map((cell, column) => column === row.length - 1 ? cell : cell.padEnd(widths[column]!)).join('  ')).join('\n') + '\n'
+  return rows.map((row) => row.map((cell, column) => column === row.length - 1 ? cell : cell.padEnd(widths[column]!)).join('  ').trimEnd()).join('\n') + '\n'
+}
+
+/** The keys, aligned, the expired and disabled marked; a key's previous secret on a line of its own, below it. */
+function formatList (keys: Listed[], now: number): string {
+  const rows = [['NAME', 'KIND', 'ORGANIZATION', 'EXPIRES', 'STATUS', 'LIMIT']]
+  for (const key of keys) {
+    const expired = key.expires_at != null && timestampMs(key.expires_at) <= now
+    rows.push([key.name, key.kind, key.organization_id, shown(key.expires_at), expired ? 'expired' : key.disabled === true ? 'disabled' : 'active',
+      key.rate_limit_per_minute == null ? 'default' : `${key.rate_limit_per_minute}/min`])
+    if (key.previous != null) {
+      const end = timestampMs(key.previous.expires_at)
+      rows.push([`  previous secret of ${key.name}`, '', '', shown(key.previous.expires_at), end <= now ? 'ended' : 'grace', ''])
+    }
+  }
+  return table(rows)
+}
+
+/** A value of a history entry's changes as printed: instants to the second, in UTC. */
+function historyValue (value: unknown): string {
+  if (value === null || value === undefined) return 'none'
+  if (typeof value === 'string' && !Number.isNaN(timestampMs(value))) return instantText(timestampMs(value))
+  return typeof value === 'string' ? value : JSON.stringify(value)
+}
+
+/** The history, a line an entry, oldest first: when, which key, what, who, and what changed. */
+function formatHistory (entries: readonly HistoryEntry[]): string {
+  const rows = [['TIME', 'KEY', 'ACTION', 'BY', 'CHANGES']]
+  for (const { at, name, action, changes, by } of entries) {
+    const described = Object.entries(changes ?? {}).map(([field, value]) => {
+      if (field === 'sha256') return 'secret replaced'
+      return Array.isArray(value) ? `${field} ${historyValue(value[0])} -> ${historyValue(value[1])}` : `${field} ${historyValue(value)}`
+    })
+    rows.push([instantText(timestampMs(at)), name ?? '(every key)', action, by, described.join(', ')])
+  }
+  return table(rows)
+}
+
+/** The most entries history shows at once: the last ones. */
+const HISTORY_SHOWN = 1000
+
+const OPTIONS = {
+  kind: { type: 'string' },
+  org: { type: 'string' },
+  name: { type: 'string' },
+  'expires-in': { type: 'string' },
+  'expires-at': { type: 'string' },
+  'rate-limit': { type: 'string' },
+  grace: { type: 'string' },
+  in: { type: 'string' },
+  at: { type: 'string' },
+  'per-minute': { type: 'string' },
+  'expired-before': { type: 'string' },
+  ...DATA_DIR_OPTIONS
+} as const
+
+/** The options each command takes, besides --data-dir; those it requires. */
+const COMMAND_OPTIONS: { readonly [C in Command]: { takes: ReadonlyArray<keyof typeof OPTIONS>, requires: ReadonlyArray<keyof typeof OPTIONS> } } = {
+  mint: { takes: ['kind', 'org', 'name', 'expires-in', 'expires-at', 'rate-limit'], requires: ['kind', 'org', 'name'] },
+  rotate: { takes: ['name', 'grace', 'expires-in', 'expires-at'], requires: ['name'] },
+  expire: { takes: ['name', 'in', 'at'], requires: ['name'] },
+  disable: { takes: ['name'], requires: ['name'] },
+  enable: { takes: ['name'], requires: ['name'] },
+  limit: { takes: ['name', 'per-minute'], requires: ['name', 'per-minute'] },
+  revoke: { takes: ['name'], requires: ['name'] },
+  prune: { takes: ['expired-before'], requires: [] },
+  history: { takes: ['name'], requires: [] },
+  list: { takes: [], requires: [] }
 }
 
 async function main () {
-  const { positionals, values } = readCommandLine('key', {
-    kind: { type: 'string' },
-    org: { type: 'string' },
-    name: { type: 'string' },
-    'expires-in': { type: 'string' },
-    'expires-at': { type: 'string' },
-    grace: { type: 'string' },
-    'new-name': { type: 'string' },
-    ...DATA_DIR_OPTIONS
-  }, true)
+  const { positionals, values } = readCommandLine('key', OPTIONS, true)
   if (values.help) {
     process.stdout.write(HELP)
     return
   }
   // Minting takes no command word, so `mint` is as unknown as any other.
-  if (positionals[0] !== undefined && !['rotate', 'revoke', 'list'].includes(positionals[0])) {
-    refuseUnknownCommand('key', positionals[0], 'rotate, revoke or list; a key is minted without one')
+  if (positionals[0] !== undefined && !(COMMANDS as readonly string[]).includes(positionals[0])) {
+    refuseUnknownCommand('key', positionals[0], `${COMMANDS.join(', ')}; a key is minted without one`)
   }
-  const command = positionals[0] ?? 'mint'
+  const command = (positionals[0] ?? 'mint') as Command
+  const { takes, requires } = COMMAND_OPTIONS[command]
+  const given = (Object.keys(values) as Array<keyof typeof values>).filter((option) => values[option] !== undefined && !['help', 'data-dir', 'fixtures-dir'].includes(option))
+  const stray = given.find((option) => !(takes as readonly string[]).includes(option))
+  if (positionals.length > 1) refuseCommandLine('key', `one command at a time: ${positionals.slice(1).map((word) => JSON.stringify(word)).join(' ')} is more; ${USAGE}`)
+  if (stray !== undefined) refuseCommandLine('key', `${command === 'mint' ? 'minting' : command} takes no --${stray}; ${USAGE}`)
+  const missing = requires.find((option) => values[option] === undefined)
+  if (missing !== undefined) refuseCommandLine('key', `${command === 'mint' ? 'minting' : command} needs --${missing}; ${USAGE}`)
   const kind = KEY_KINDS.find((k) => k === values.kind)
-  const given = (...names: Array<keyof typeof values>) => names.filter((option) => values[option] !== undefined && option !== 'data-dir' && option !== 'fixtures-dir')
-  const only = (...names: Array<keyof typeof values>) => given('kind', 'org', 'name', 'expires-in', 'expires-at', 'grace', 'new-name').every((option) => names.includes(option))
-  const valid = positionals.length <= 1 && (
-    command === 'mint' ? positionals.length === 0 && kind !== undefined && values.org && values.name && only('kind', 'org', 'name', 'expires-in', 'expires-at')
-      : command === 'revoke' ? values.name && only('name')
-        : command === 'rotate' ? values.name && only('name', 'grace', 'new-name', 'expires-in', 'expires-at')
-          : command === 'list' && only())
-  if (!valid) refuseCommandLine('key', USAGE)
-  const expiry = expiryOf(values)
-  const graceMs = values.grace === undefined ? 60 * 60 * 1000 : parseDuration(values.grace)
-  if (graceMs === undefined || !withinYears(graceMs)) refuseCommandLine('key', `--grace ${JSON.stringify(values.grace)} is not a duration such as 0, 30s, 15m, 12h or 90d, ending before the year 10000`)
+  if (command === 'mint' && kind === undefined) refuseCommandLine('key', `--kind ${JSON.stringify(values.kind)} is not standard or management`)
+  if (command === 'expire' && values.in === undefined && values.at === undefined) refuseCommandLine('key', `expire needs --in or --at; ${USAGE}`)
+  const expiry = command === 'expire' ? expiryOption('in', values.in, 'at', values.at) : expiryOption('expires-in', values['expires-in'], 'expires-at', values['expires-at'])
+  const graceMs = values.grace === undefined ? 60 * 60 * 1000 : durationOption('grace', values.grace)
+  const rateLimit = values['rate-limit'] === undefined ? undefined : limitOption('rate-limit', values['rate-limit'], false) ?? undefined
+  const perMinute = values['per-minute'] === undefined ? undefined : limitOption('per-minute', values['per-minute'], true)
+  const pruneBefore = values['expired-before']
+  if (pruneBefore !== undefined && Number.isNaN(timestampMs(pruneBefore))) {
+    refuseCommandLine('key', `--expired-before ${JSON.stringify(pruneBefore)} is not an RFC 3339 timestamp with a time zone (2026-12-31T23:59:59Z)`)
+  }
   const name = values.name!
 
   const store = await openStore(dataDirOf('key', values))
   try {
-    if (command === 'list') {
-      process.stdout.write(formatList(await store.list(), await store.now()))
-      return
+    switch (command) {
+      case 'list':
+        process.stdout.write(formatList(await store.list(), await store.now()))
+        return
+      case 'history': {
+        const { entries, total } = await store.history(values.name, HISTORY_SHOWN)
+        process.stdout.write(formatHistory(entries))
+        if (total > entries.length) process.stderr.write(`the last ${entries.length} of ${total} entries; --name <name> shows one key's\n`)
+        return
+      }
+      case 'revoke':
+        if (!await store.remove(name)) throw new Error(`no key named ${JSON.stringify(name)} in ${store.where}`)
+        process.stderr.write(`revoked key ${JSON.stringify(name)} in ${store.where}; running servers refuse it within a second, without a restart\n`)
+        return
+      case 'prune': {
+        const before = pruneBefore === undefined ? await store.now() : timestampMs(pruneBefore)
+        const { keys, secrets } = await store.prune(before)
+        process.stderr.write(`pruned ${keys} key${keys === 1 ? '' : 's'} and ${secrets} previous secret${secrets === 1 ? '' : 's'} that ended before ${instantText(before)} in ${store.where}\n`)
+        return
+      }
+      case 'mint':
+        await mint(store, { name, kind: kind!, organization: values.org!, expiry, rateLimit })
+        return
+      default:
+        await change(store, command, name, { expiry, graceMs, perMinute })
     }
-    if (command === 'revoke') {
-      if (!await store.remove(name)) throw new Error(`no key named ${JSON.stringify(name)} in ${store.where}`)
-      process.stderr.write(`revoked key ${JSON.stringify(name)} in ${store.where}; running servers refuse it from their next reload, without a restart\n`)
-      return
-    }
-    // A duration counts from the database's now() when the keys are there: the replicas judge expiries on it.
-    const now = await store.now()
-    const expiresAt = typeof expiry === 'object' ? timestampText(wholeSecond(now + expiry.inMs)) : expiry
-    // A key born expired answers 401 from the start: a typo in the year, most likely.
-    if (expiresAt !== undefined && timestampMs(expiresAt) <= now) {
-      const option = typeof expiry === 'object' ? `--expires-in ${JSON.stringify(values['expires-in'])}` : `--expires-at ${JSON.stringify(expiresAt)}`
-      throw new Error(`${option} is not in the future: it is ${instantText(now)} now; nothing was written`)
-    }
-    const key = newSecret()
-    const expiring = expiresAt === undefined ? {} : { expires_at: expiresAt }
-    // The old name and the time, to the second: readable, and a rotation a second is plenty.
-    const successor = command === 'rotate' ? values['new-name'] ?? `${name}-${new Date().toISOString().replace(/[-:]/g, '').slice(0, 15)}` : name
-    // Checked as the servers check it before anything is written: a record they refuse would refuse the whole file.
-    const problem = recordProblem('keys', { name: successor, sha256: hash('sha256', key), kind: kind ?? 'standard', organization_id: values.org ?? 'organization', ...expiring }, 0)
-    if (problem !== undefined) throw new Error(`the key would not be valid, nothing was written: ${problem.replace(/^\[0\]\./, '')}`)
-    if (command === 'rotate') {
-      const old = await store.rotate(name, { name: successor, sha256: hash('sha256', key), ...expiring }, graceMs)
-      if (old === undefined) throw new Error(`no key named ${JSON.stringify(name)} in ${store.where}`)
-      const until = instantText(timestampMs(old.expires_at))
-      // An expired key is rotated all the same (its successor is what its holder needs), but the grace cannot bring it back.
-      const ending = old.expired ? `it expired already at ${until}, so the grace (${formatDuration(graceMs)}) cannot extend it` : `it works until ${until} (grace ${formatDuration(graceMs)})`
-      process.stderr.write(`rotated key ${JSON.stringify(name)} in ${store.where}: ${ending}; ` +
-        `its successor ${JSON.stringify(successor)} (${old.kind}, ${old.organization_id}) works now, without a restart.\nThe successor (shown once, not stored):\n`)
-      process.stdout.write(`${key}\n`)
-      return
-    }
-    // A mistyped --org would mint a key that works everywhere but on its own organization's members.
-    // The server still accepts a key whose organization went away later (its member listing answers 404).
-    if (!await store.hasOrganization(values.org!)) throw new Error(`no organization ${JSON.stringify(values.org)} in ${store.organizations}; nothing was written`)
-    await store.add({ name, sha256: hash('sha256', key), kind: kind!, organization_id: values.org!, ...expiring })
-    process.stderr.write(`recorded ${kind} key ${JSON.stringify(name)} for ${values.org}${expiresAt === undefined ? '' : `, expiring at ${instantText(timestampMs(expiresAt))}`} in ${store.where}; running servers accept it from their next reload, without a restart.\nThe key (shown once, not stored):\n`)
-    process.stdout.write(`${key}\n`)
   } finally {
     await store.close()
+  }
+}
+
+async function mint (store: KeyStore, { name, kind, organization, expiry, rateLimit }: { name: string, kind: ApiKey['kind'], organization: string, expiry: Expiry | undefined, rateLimit: number | undefined }) {
+  // A duration counts from the database's now() when the keys are there: the replicas judge expiries on it.
+  const expiresAt = expiry === undefined ? undefined : expiryAt(expiry, await store.now())
+  const secret = newSecret()
+  const key: ApiKey = { name, sha256: hash('sha256', secret), kind, organization_id: organization, ...expiresAt === undefined ? {} : { expires_at: expiresAt }, ...rateLimit === undefined ? {} : { rate_limit_per_minute: rateLimit } }
+  // Checked as the servers check it before anything is written: a record they refuse would refuse the whole file.
+  const problem = recordProblem('keys', key, 0)
+  if (problem !== undefined) throw new Error(`the key would not be valid, nothing was written: ${problem.replace(/^\[0\]\./, '')}`)
+  // A mistyped --org would mint a key that works everywhere but on its own organization's members.
+  // The server still accepts a key whose organization went away later (its member listing answers 404).
+  if (!await store.hasOrganization(organization)) throw new Error(`no organization ${JSON.stringify(organization)} in ${store.organizations}; nothing was written`)
+  await store.add(key)
+  process.stderr.write(`recorded ${kind} key ${JSON.stringify(name)} for ${organization}${expiresAt === undefined ? '' : `, expiring at ${shown(expiresAt)}`}` +
+    `${rateLimit === undefined ? '' : `, limited to ${rateLimit} requests a minute`} in ${store.where}; running servers accept it within a second, without a restart.\nThe key (shown once, not stored):\n`)
+  process.stdout.write(`${secret}\n`)
+}
+
+/** rotate, expire, disable, enable, limit: a change of one key, said on stderr (and the new secret of a rotation printed on stdout). */
+async function change (store: KeyStore, command: Exclude<Command, 'mint' | 'list' | 'history' | 'revoke' | 'prune'>, name: string,
+  { expiry, graceMs, perMinute }: { expiry: Expiry | undefined, graceMs: number, perMinute: number | null | undefined }) {
+  const secret = command === 'rotate' ? newSecret() : undefined
+  let changedAt = 0
+  const changed = await store.update(name, (key, now) => {
+    changedAt = now
+    const { expires_at: _expiry, rate_limit_per_minute: _limit, disabled: _disabled, previous: _previous, ...fields } = key
+    const expiresAt = expiry === undefined ? undefined : expiryAt(expiry, now)
+    const next = (changes: { expires_at?: string | null | undefined, rate_limit_per_minute?: number | null | undefined, disabled?: boolean, previous?: ApiKey['previous'] }): ApiKey => {
+      const merged = { ...key, ...changes }
+      return {
+        ...fields,
+        ...merged.expires_at == null ? {} : { expires_at: merged.expires_at },
+        ...merged.disabled === true ? { disabled: true } : {},
+        ...merged.rate_limit_per_minute == null ? {} : { rate_limit_per_minute: merged.rate_limit_per_minute },
+        ...merged.previous == null ? {} : { previous: merged.previous }
+      }
+    }
+    switch (command) {
+      case 'expire': return next({ expires_at: expiresAt })
+      case 'disable': return next({ disabled: true })
+      case 'enable': return next({ disabled: false })
+      case 'limit': return next({ rate_limit_per_minute: perMinute })
+      case 'rotate': {
+        const until = key.expires_at == null ? Infinity : timestampMs(key.expires_at)
+        // To the second, as printed: the secret before works until the instant the message names, never past the key's own expiry.
+        const end = Math.min(until, wholeSecond(now + graceMs))
+        // An expiry already past is dropped: a rotation gives the holder a key that works (the old secret stays ended).
+        const keeps = expiresAt ?? (until <= now ? null : key.expires_at)
+        return { ...next({ expires_at: keeps, previous: { sha256: key.sha256, expires_at: timestampText(end) } }), sha256: hash('sha256', secret!) }
+      }
+    }
+  })
+  if (changed === undefined) throw new Error(`no key named ${JSON.stringify(name)} in ${store.where}`)
+  const { before, after } = changed
+  const where = `in ${store.where}; running servers follow within a second, without a restart`
+  switch (command) {
+    case 'expire':
+      process.stderr.write(`key ${JSON.stringify(name)} expires at ${shown(after.expires_at)} (was ${shown(before.expires_at)}) ${where}\n`)
+      return
+    case 'disable':
+    case 'enable':
+      process.stderr.write(`key ${JSON.stringify(name)} ${command}d${(before.disabled === true) === (after.disabled === true) ? ' (it was already)' : ''} ${where}\n`)
+      return
+    case 'limit':
+      process.stderr.write(`key ${JSON.stringify(name)} may make ${after.rate_limit_per_minute == null ? 'RATE_LIMIT_PER_MINUTE requests a minute (the default)' : `${after.rate_limit_per_minute} requests a minute`} ${where}\n`)
+      return
+    case 'rotate': {
+      const end = after.previous!.expires_at
+      // An expired key is rotated all the same (its new secret is what its holder needs), but the grace cannot bring the old secret back.
+      const ending = before.expires_at != null && timestampMs(before.expires_at) <= changedAt
+        ? `it expired already at ${shown(before.expires_at)}, so the grace (${formatDuration(graceMs)}) cannot extend its secret before`
+        : `its secret before works until ${shown(end)} (grace ${formatDuration(graceMs)})`
+      const replaced = before.previous != null && timestampMs(before.previous.expires_at) > changedAt ? `; the secret before that, in its grace until ${shown(before.previous.expires_at)}, stops now` : ''
+      const state = after.disabled === true ? '; the key is disabled: enable it for its new secret to work' : ''
+      process.stderr.write(`rotated key ${JSON.stringify(name)} (${after.kind}, ${after.organization_id}${after.expires_at == null ? '' : `, expiring at ${shown(after.expires_at)}`}) ${where}: ` +
+        `${ending}${replaced}${state}.\nIts new secret (shown once, not stored):\n`)
+      process.stdout.write(`${secret}\n`)
+    }
   }
 }
 

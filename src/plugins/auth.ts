@@ -6,6 +6,7 @@ import type { ApiKey } from '../schemas/fixtures.js'
 import type { Snapshots } from '../repositories/lifecycle.js'
 import type { Snapshot } from '../repositories/snapshot.js'
 import { errorBody } from './errors.js'
+import { isPreviousSecret } from '../repositories/key-table.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -19,6 +20,8 @@ const MalformedHeader = createError('AUTH_MALFORMED_HEADER', 'Invalid Authentica
 const UnknownKey = createError('AUTH_UNKNOWN_KEY', 'Invalid API key', 401)
 // Tells the holder what they can tell already (the key worked until now): nothing about other keys.
 const ExpiredKey = createError('AUTH_EXPIRED_KEY', 'This API key has expired', 401)
+const RotatedKey = createError('AUTH_ROTATED_KEY', 'This API key was rotated and its grace period has ended: use its successor', 401)
+const DisabledKey = createError('AUTH_DISABLED_KEY', 'This API key is disabled', 401)
 const STALE_MESSAGE = 'The data served cannot be confirmed current; try again later'
 
 /** The seconds a client waits after a 503 for data not confirmed current: about how long a replica takes to catch up. */
@@ -90,8 +93,11 @@ function authenticate (request: FastifyRequest, reply: FastifyReply, now: number
   // One comparison: a key stops at its instant on every replica, with no change to follow, each
   // replica judging it on the source's clock, whatever its own says.
   if (request.snapshot.expiryOf(found) <= now) {
+    if (isPreviousSecret(found)) return unauthorized(request, reply, new RotatedKey(), 'Bearer error="invalid_token", error_description="The key was rotated"', 'rotated key')
     return unauthorized(request, reply, new ExpiredKey(), 'Bearer error="invalid_token", error_description="The key has expired"', 'expired key')
   }
+  // Reversible, unlike an expiry: the holder learns that it is this key, not a typo.
+  if (found.disabled === true) return unauthorized(request, reply, new DisabledKey(), 'Bearer error="invalid_token", error_description="The key is disabled"', 'disabled key')
   return found
 }
 

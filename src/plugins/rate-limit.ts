@@ -7,7 +7,7 @@ import { apiKeyOf, type RefusalLimit } from './auth.js'
 import { memoize } from '../memoize.js'
 
 interface RateLimitOptions {
-  /** Requests a minute per key; 0: no limit. */
+  /** Requests a minute per key without a limit of its own; 0: no limit. */
   perMinute: number
   /** Requests without a valid key a minute per client address; 0: no limit. */
   anonymousPerMinute: number
@@ -224,7 +224,6 @@ function clientAddressOf (request: FastifyRequest): string {
  * are served without a limit (fail open) behind a circuit breaker, counted and logged once per outage.
  */
 export async function createRateLimits (app: FastifyInstance, { perMinute, anonymousPerMinute, redisUrl }: RateLimitOptions) {
-  if (perMinute === 0 && anonymousPerMinute === 0) return { limitRefusals: undefined, limitKey: undefined }
   const count = redisUrl ? redisCounter(app, await connectRedis(app, redisUrl)) : memoryCounter()
   const { rateLimitRefusals } = app.metrics
 
@@ -242,18 +241,19 @@ export async function createRateLimits (app: FastifyInstance, { perMinute, anony
     }
   }
 
-  let limitKey: onRequestHookHandler | undefined
-  if (perMinute > 0) {
-    const limit = String(perMinute)
-    const answer = (reply: FastifyReply, done: () => void, counted: Count | undefined) => {
-      if (counted === undefined || enforce(reply, limit, perMinute, counted)) done()
-      else rateLimitRefusals.inc({ bucket: 'key' })
-    }
-    limitKey = (request, reply, done) => {
-      const counted = count(`key:${apiKeyOf(request).name}`)
-      if (counted instanceof Promise) void counted.then((settled) => answer(reply, done, settled))
-      else answer(reply, done, counted)
-    }
+  // A key's own limit (rate_limit_per_minute) replaces perMinute for it, even where perMinute is 0.
+  const defaultLimit = String(perMinute)
+  const answer = (reply: FastifyReply, done: () => void, max: number, counted: Count | undefined) => {
+    if (counted === undefined || enforce(reply, max === perMinute ? defaultLimit : String(max), max, counted)) done()
+    else rateLimitRefusals.inc({ bucket: 'key' })
+  }
+  const limitKey: onRequestHookHandler = (request, reply, done) => {
+    const key = apiKeyOf(request)
+    const max = key.rate_limit_per_minute ?? perMinute
+    if (max === 0) return done()
+    const counted = count(`key:${key.name}`)
+    if (counted instanceof Promise) void counted.then((settled) => answer(reply, done, max, settled))
+    else answer(reply, done, max, counted)
   }
   return { limitRefusals, limitKey }
 }

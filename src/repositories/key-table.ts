@@ -1,6 +1,6 @@
 import { getRandomValues } from 'node:crypto'
 import { quoteValue } from '../schemas/describe-error.js'
-import { KEY_KINDS, type ApiKey } from '../schemas/fixtures.js'
+import { KEY_KINDS, RATE_LIMIT_MAX, type ApiKey } from '../schemas/fixtures.js'
 import { IDENTIFIER_MAX } from '../schemas/common.js'
 import { timestampMs, timestampText } from '../schemas/formats.js'
 import { DataError } from './data-error.js'
@@ -56,38 +56,97 @@ export function isApiKey (value: unknown): boolean {
     typeof organization === 'string' && organization.length > 0 && organization.length <= IDENTIFIER_MAX &&
     (KEY_KINDS as readonly unknown[]).includes(kind) &&
     // Hex decoding takes capitals too, which the pattern does not.
-    typeof sha256 === 'string' && readProbe(sha256) && sha256.toLowerCase() === sha256 &&
-    // Those four and no other field, or an expiry besides.
-    (Object.getOwnPropertyNames(value).length === 4 || (Object.hasOwn(value, 'expires_at') && Object.getOwnPropertyNames(value).length === 5 && isExpiry((value as ApiKey).expires_at)))
+    isSha(sha256) && optionalFieldsValid(value as Record<string, unknown>)
 }
 
-/** An expiry a key may have: none, or an RFC 3339 timestamp with its time zone. */
-function isExpiry (value: unknown): boolean {
-  return value === null || value === undefined || (typeof value === 'string' && !Number.isNaN(timestampMs(value)))
+/** A SHA-256 as a key holds it: 64 lowercase hex digits (hex decoding takes capitals too, which the pattern does not). */
+const isSha = (value: unknown) => typeof value === 'string' && readProbe(value) && value.toLowerCase() === value
+
+/** The checks of a key's optional fields, by name: absent (undefined) passes each, null too where the schema takes it. */
+const OPTIONAL_FIELDS: Readonly<Record<string, (value: unknown) => boolean>> = {
+  expires_at: (value) => value === null || value === undefined || isTimestamp(value),
+  disabled: (value) => value === undefined || typeof value === 'boolean',
+  rate_limit_per_minute: (value) => value === null || value === undefined || (Number.isInteger(value) && (value as number) >= 1 && (value as number) <= RATE_LIMIT_MAX),
+  previous: (value) => {
+    if (value === null || value === undefined) return true
+    if (typeof value !== 'object' || Array.isArray(value)) return false
+    const names = Object.getOwnPropertyNames(value)
+    const { sha256, expires_at: end } = value as Record<string, unknown>
+    return names.length === 2 && isSha(sha256) && isTimestamp(end)
+  }
+}
+
+const isTimestamp = (value: unknown) => typeof value === 'string' && !Number.isNaN(timestampMs(value))
+
+/** The four fields every key has, and no field but those and the optional ones, each valid. */
+function optionalFieldsValid (value: Record<string, unknown>): boolean {
+  const names = Object.getOwnPropertyNames(value)
+  if (names.length === 4) return true
+  let required = 0
+  for (const name of names) {
+    const check = OPTIONAL_FIELDS[name]
+    if (check === undefined) {
+      if (name === 'name' || name === 'sha256' || name === 'kind' || name === 'organization_id') required++
+      else return false
+    } else if (!check(value[name])) return false
+  }
+  return required === 4
 }
 
 /** Where a key read from a KeyTable holds its expiry as a number (ms since the epoch). */
 const EXPIRES_MS = Symbol('expiresMs')
+/** Marks the key as seen through the secret it had before its last rotation (asPrevious). */
+const PREVIOUS_SECRET = Symbol('previousSecret')
+
+/** The secret a key had before its last rotation: its SHA-256 (hex) and when it stops (ms since the epoch). */
+interface PreviousSecret {
+  readonly sha256: string
+  readonly endMs: number
+}
 
 /**
- * A key of a KeyTable that expires: the instant as a number for auth (one comparison a request), as
- * text (UTC, to the millisecond) only when read, so that a request never formats it. A class, not an
- * object literal with a getter: a lookup makes one per request, and the literal cost 20 times as much
- * to make (BENCHMARKS.md, "Key table").
+ * A key of a KeyTable with more than its four fields (an expiry, a flag, a limit, a previous secret):
+ * the expiry as a number for auth (one comparison a request), as text (UTC, to the millisecond) only
+ * when read, so that a request never formats it. A class, not an object literal with a getter: a
+ * lookup makes one per request, and the literal cost 20 times as much to make (BENCHMARKS.md, "Key
+ * table"). The optional fields are set only when the key has them, as in its record.
  */
-class ExpiringKey implements ApiKey {
+class StoredKey implements ApiKey {
   readonly [EXPIRES_MS]: number
-  constructor (readonly name: string, readonly sha256: string, readonly kind: ApiKey['kind'], readonly organization_id: string, expiry: number) {
+  declare readonly disabled?: boolean
+  declare readonly rate_limit_per_minute?: number
+  declare readonly [PREVIOUS_SECRET]?: true
+  readonly #previous: PreviousSecret | undefined
+  constructor (readonly name: string, readonly sha256: string, readonly kind: ApiKey['kind'], readonly organization_id: string, expiry: number,
+    disabled: boolean, limit: number, previous: PreviousSecret | undefined, asPrevious = false) {
     this[EXPIRES_MS] = expiry
+    this.#previous = previous
+    const self = this as { -readonly [K in keyof StoredKey]: StoredKey[K] }
+    if (disabled) self.disabled = true
+    if (limit !== 0) self.rate_limit_per_minute = limit
+    if (asPrevious) self[PREVIOUS_SECRET] = true
   }
 
-  get expires_at (): string {
-    return timestampText(this[EXPIRES_MS])
+  get expires_at (): string | undefined {
+    return Number.isNaN(this[EXPIRES_MS]) ? undefined : timestampText(this[EXPIRES_MS])
   }
 
-  /** The key as its record: JSON.stringify (an export, a file) writes the expiry too. */
+  get previous (): { sha256: string, expires_at: string } | undefined {
+    return this.#previous === undefined ? undefined : { sha256: this.#previous.sha256, expires_at: timestampText(this.#previous.endMs) }
+  }
+
+  /** The key as its record: JSON.stringify (an export, a file) writes the fields it has, in the schema's order. */
   toJSON (): ApiKey {
-    return { name: this.name, sha256: this.sha256, kind: this.kind, organization_id: this.organization_id, expires_at: this.expires_at }
+    return {
+      name: this.name,
+      sha256: this.sha256,
+      kind: this.kind,
+      organization_id: this.organization_id,
+      ...Number.isNaN(this[EXPIRES_MS]) ? {} : { expires_at: this.expires_at },
+      ...this.disabled === true ? { disabled: true } : {},
+      ...this.rate_limit_per_minute === undefined ? {} : { rate_limit_per_minute: this.rate_limit_per_minute },
+      ...this.#previous === undefined ? {} : { previous: this.previous }
+    }
   }
 }
 
@@ -98,9 +157,37 @@ class ExpiringKey implements ApiKey {
 export function expiryOf (key: ApiKey): number {
   const held = (key as { [EXPIRES_MS]?: number })[EXPIRES_MS]
   if (held !== undefined) return held
-  if (typeof key.expires_at !== 'string') return NaN
-  const ms = timestampMs(key.expires_at)
+  return instantOf(key.expires_at)
+}
+
+/** An expiry as ms since the epoch: NaN for none (null, absent), -Infinity for one that is no time. */
+function instantOf (value: string | null | undefined): number {
+  if (typeof value !== 'string') return NaN
+  const ms = timestampMs(value)
   return Number.isNaN(ms) ? -Infinity : ms
+}
+
+/** A key's previous secret as a KeyTable holds it, or undefined. */
+function previousOf (key: ApiKey): PreviousSecret | undefined {
+  if (key.previous == null) return undefined
+  return { sha256: key.previous.sha256, endMs: instantOf(key.previous.expires_at) }
+}
+
+/**
+ * The key as its previous secret authenticates it: that secret's SHA-256, and its end (the grace's,
+ * or the key's own expiry when that comes first) as the key's expiry.
+ */
+export function asPrevious (key: ApiKey): ApiKey | undefined {
+  const previous = previousOf(key)
+  if (previous === undefined) return undefined
+  const own = expiryOf(key)
+  return new StoredKey(key.name, previous.sha256, key.kind, key.organization_id, Number.isNaN(own) ? previous.endMs : Math.min(own, previous.endMs),
+    key.disabled === true, key.rate_limit_per_minute ?? 0, undefined, true)
+}
+
+/** Whether the key was found by the secret it had before its last rotation. */
+export function isPreviousSecret (key: ApiKey): boolean {
+  return (key as { [PREVIOUS_SECRET]?: true })[PREVIOUS_SECRET] === true
 }
 
 function nameHash (name: string): number {
@@ -120,8 +207,10 @@ function nameHash (name: string): number {
  * hash may differ from another only in its last digits (placeholders such as lpad(n, 64, '0')).
  * Not seeded: replicas that serve the same keys show the same fingerprint.
  */
-function keyHash (name: number, organization: number, kind: number, sha: Uint32Array, at: number, expiry: number): number {
+function keyHash (name: number, organization: number, kind: number, sha: Uint32Array, at: number, expiry: number, extras: number): number {
   let a = Math.imul(name ^ kind, 0x01000193)
+  // The fields a key may have besides, where it has any: a key without keeps its hash of before.
+  if (extras !== 0) a = Math.imul(a ^ extras, 0x27d4eb2d)
   // An expiry (a whole number of ms, two words) where there is one: a key without keeps its hash of before.
   if (!Number.isNaN(expiry)) a = Math.imul(a ^ (expiry >>> 0) ^ Math.imul(Math.floor(expiry / 2 ** 32), 0x85ebca6b), 0xc2b2ae35)
   a = Math.imul(a ^ organization, 0x5bd1e995)
@@ -133,10 +222,30 @@ function keyHash (name: number, organization: number, kind: number, sha: Uint32A
   return (a >>> 0) * 0x100000 + (b & 0xfffff)
 }
 
+/** A hash of what a key holds besides its four fields and expiry; 0 when it holds none of it. */
+function extrasHash (disabled: boolean, limit: number, previous: PreviousSecret | undefined): number {
+  if (!disabled && limit === 0 && previous === undefined) return 0
+  let h = Math.imul((disabled ? 0x5bd1e995 : 0x1b873593) ^ limit, 0x9e3779b1)
+  if (previous !== undefined) {
+    h = Math.imul(h ^ nameHash(previous.sha256), 0x85ebca6b)
+    h = Math.imul(h ^ (previous.endMs >>> 0) ^ Math.imul(Math.floor(previous.endMs / 2 ** 32), 0xc2b2ae35), 0x01000193)
+  }
+  return h | 1
+}
+
 /** The hash of a key as an object; equal to its row's in a table. */
 export function hashOfKey (key: ApiKey): number {
   readProbe(key.sha256)
-  return keyHash(nameHash(key.name), nameHash(key.organization_id), KEY_KINDS.indexOf(key.kind), probe, 0, expiryOf(key))
+  return keyHash(nameHash(key.name), nameHash(key.organization_id), KEY_KINDS.indexOf(key.kind), probe, 0, expiryOf(key),
+    extrasHash(key.disabled === true, key.rate_limit_per_minute ?? 0, previousOf(key)))
+}
+
+/** Whether two keys hold the same, as far as a request can tell. */
+export function sameKey (a: ApiKey, b: ApiKey): boolean {
+  const [previousA, previousB] = [previousOf(a), previousOf(b)]
+  return a.sha256 === b.sha256 && a.kind === b.kind && a.organization_id === b.organization_id && Object.is(expiryOf(a), expiryOf(b)) &&
+    (a.disabled === true) === (b.disabled === true) && (a.rate_limit_per_minute ?? 0) === (b.rate_limit_per_minute ?? 0) &&
+    previousA?.sha256 === previousB?.sha256 && Object.is(previousA?.endMs, previousB?.endMs)
 }
 
 /** What LayeredMap needs of its base: a Map is one, and so are a KeyTable's two indexes. */
@@ -176,11 +285,19 @@ export class KeyTable {
     readonly organizationIds: readonly string[],
     /** When each key expires (ms since the epoch), NaN when it never does. */
     readonly expiries: Float64Array,
+    /** 1 where the key is disabled. */
+    readonly disabled: Uint8Array,
+    /** Each key's own rate limit a minute, 0 where it has none. */
+    readonly limits: Uint32Array,
+    /** The secrets keys had before their last rotation, by row: few at a time (a grace lasts hours), so a Map. */
+    readonly previous: ReadonlyMap<number, PreviousSecret>,
+    /** The rows of those secrets, by SHA-256. */
+    private readonly previousRows: ReadonlyMap<string, number>,
     private readonly nameSlots: Int32Array,
     private readonly shaSlots: Int32Array
   ) {
     this.byName = this.view((name) => this.rowOfName(name), (row) => this.nameOf(row))
-    this.bySha = this.view((sha256) => this.rowOfSha(sha256), (row) => this.shaOf(row))
+    this.bySha = this.secretView()
   }
 
   static of (keys: Iterable<ApiKey>, where: string): KeyTable {
@@ -199,8 +316,11 @@ export class KeyTable {
     const kind = KEY_KINDS[this.kinds[row]!]!
     const organization = this.organizationIds[this.organizations[row]!]!
     const expiry = this.expiries[row]!
-    if (Number.isNaN(expiry)) return { name, sha256, kind, organization_id: organization }
-    return new ExpiringKey(name, sha256, kind, organization, expiry)
+    const disabled = this.disabled[row] === 1
+    const limit = this.limits[row]!
+    const previous = this.previous.size === 0 ? undefined : this.previous.get(row)
+    if (Number.isNaN(expiry) && !disabled && limit === 0 && previous === undefined) return { name, sha256, kind, organization_id: organization }
+    return new StoredKey(name, sha256, kind, organization, expiry, disabled, limit, previous)
   }
 
   /** Every key, in row order. */
@@ -256,6 +376,34 @@ export class KeyTable {
     return Buffer.from(this.shas.buffer, this.shas.byteOffset + row * SHA_WORDS * 4, SHA_WORDS * 4).toString('hex')
   }
 
+  /**
+   * The keys by every secret that authenticates them: the current one, then a previous one (asPrevious)
+   * unless it is another key's current secret, which wins.
+   */
+  private secretView (): MapLike<string, ApiKey> {
+    const current = this.view((sha256) => this.rowOfSha(sha256), (row) => this.shaOf(row))
+    if (this.previousRows.size === 0) return current
+    const table = this
+    const previousOf = (sha256: string) => {
+      const row = table.previousRows.get(sha256)
+      return row === undefined || table.rowOfSha(sha256) >= 0 ? undefined : asPrevious(table.key(row))
+    }
+    let shadowed = 0
+    for (const sha256 of this.previousRows.keys()) if (this.rowOfSha(sha256) >= 0) shadowed++
+    return {
+      size: this.size + this.previousRows.size - shadowed,
+      get: (sha256) => current.get(sha256) ?? previousOf(sha256),
+      has: (sha256) => current.has(sha256) || previousOf(sha256) !== undefined,
+      * [Symbol.iterator] () {
+        yield * current
+        for (const sha256 of table.previousRows.keys()) {
+          const key = previousOf(sha256)
+          if (key !== undefined) yield [sha256, key] as const
+        }
+      }
+    }
+  }
+
   private view (rowOf: (key: string) => number, keyOf: (row: number) => string): MapLike<string, ApiKey> {
     const table = this
     return {
@@ -283,6 +431,10 @@ export class KeyTableBuilder {
   private organizations: Uint32Array
   private nameHashes: Uint32Array
   private expiries: Float64Array
+  private disabled: Uint8Array
+  private limits: Uint32Array
+  private readonly previous = new Map<number, PreviousSecret>()
+  private readonly previousRows = new Map<string, number>()
   private readonly organizationIds: string[] = []
   private readonly organizationIndex = new Map<string, number>()
   private readonly organizationHashes: number[] = []
@@ -300,6 +452,8 @@ export class KeyTableBuilder {
     this.organizations = new Uint32Array(capacity)
     this.nameHashes = new Uint32Array(capacity)
     this.expiries = new Float64Array(capacity)
+    this.disabled = new Uint8Array(capacity)
+    this.limits = new Uint32Array(capacity)
     this.nameSlots = new Int32Array(slotsFor(capacity))
     this.shaSlots = new Int32Array(slotsFor(capacity))
   }
@@ -313,7 +467,8 @@ export class KeyTableBuilder {
     const start = this.nameRoom(row, key.name.length * 3)
     // Well-formed (ApiKeySchema): UTF-8 gives back the same name.
     this.nameEnds[row] = start + this.nameBytes.write(key.name, start, 'utf8')
-    this.fill(row, key.name, nameHash(key.name), KEY_KINDS.indexOf(key.kind), key.organization_id, expiryOf(key))
+    this.fill(row, key.name, nameHash(key.name), KEY_KINDS.indexOf(key.kind), key.organization_id, expiryOf(key),
+      key.disabled === true, key.rate_limit_per_minute ?? 0, previousOf(key))
   }
 
   /** Adds row `row` of `table` as the next row. */
@@ -325,7 +480,8 @@ export class KeyTableBuilder {
     const start = this.nameRoom(next, length)
     table.nameBytes.copy(this.nameBytes, start, from, from + length)
     this.nameEnds[next] = start + length
-    this.fill(next, undefined, table.nameHashes[row]!, table.kinds[row]!, table.organizationIds[table.organizations[row]!]!, table.expiries[row]!)
+    this.fill(next, undefined, table.nameHashes[row]!, table.kinds[row]!, table.organizationIds[table.organizations[row]!]!, table.expiries[row]!,
+      table.disabled[row] === 1, table.limits[row]!, table.previous.size === 0 ? undefined : table.previous.get(row))
   }
 
   finish (): KeyTable {
@@ -336,7 +492,8 @@ export class KeyTableBuilder {
     this.nameBytes.copy(nameBytes, 0, 0, nameBytes.length)
     return new KeyTable(size, this.sum, nameBytes, this.nameEnds.slice(0, size), this.nameHashes.slice(0, size),
       this.shas.slice(0, size * SHA_WORDS), this.kinds.slice(0, size),
-      this.organizations.slice(0, size), this.organizationIds, this.expiries.slice(0, size), this.nameSlots, this.shaSlots)
+      this.organizations.slice(0, size), this.organizationIds, this.expiries.slice(0, size), this.disabled.slice(0, size),
+      this.limits.slice(0, size), this.previous, this.previousRows, this.nameSlots, this.shaSlots)
   }
 
   /** Where row `row`'s name starts, with room for `bytes` bytes after it (the buffer doubled, or more, when short). */
@@ -356,7 +513,8 @@ export class KeyTableBuilder {
   }
 
   /** Row `row`'s columns, its name's bytes written already (`name` is its text when at hand, for messages). */
-  private fill (row: number, name: string | undefined, hash: number, kind: number, organization: string, expiry: number) {
+  private fill (row: number, name: string | undefined, hash: number, kind: number, organization: string, expiry: number,
+    disabled: boolean, limit: number, previous: PreviousSecret | undefined) {
     let index = this.organizationIndex.get(organization)
     if (index === undefined) {
       index = this.organizationIds.push(organization) - 1
@@ -386,7 +544,14 @@ export class KeyTableBuilder {
     this.kinds[row] = kind
     this.organizations[row] = index
     this.expiries[row] = expiry
-    this.sum = (this.sum + keyHash(hash, this.organizationHashes[index]!, kind, this.shas, at, expiry)) % 2 ** 52
+    this.disabled[row] = disabled ? 1 : 0
+    this.limits[row] = limit
+    if (previous !== undefined) {
+      this.previous.set(row, previous)
+      // The first key to name a secret as its previous keeps it; a current secret wins over either at lookup.
+      if (!this.previousRows.has(previous.sha256)) this.previousRows.set(previous.sha256, row)
+    }
+    this.sum = (this.sum + keyHash(hash, this.organizationHashes[index]!, kind, this.shas, at, expiry, extrasHash(disabled, limit, previous))) % 2 ** 52
     this.size++
   }
 
@@ -414,6 +579,8 @@ export class KeyTableBuilder {
     this.organizations = widen(this.organizations, capacity)
     this.nameHashes = widen(this.nameHashes, capacity)
     this.expiries = widen(this.expiries, capacity)
+    this.disabled = widen(this.disabled, capacity)
+    this.limits = widen(this.limits, capacity)
     this.index(slotsFor(capacity))
   }
 

@@ -81,7 +81,7 @@ const isKeyed = (kind: RecordKind): kind is KeyedKind => KINDS[kind].index !== '
 function describe (change: Change): string {
   if ('all' in change) return `${change.kind}: all read again`
   const keyField = KINDS[change.kind].key!
-  const named = [...change.upsert.map((record) => (record as Record<string, string>)[keyField]!), ...change.remove]
+  const named = [...change.upsert.map((record) => (record as unknown as Record<string, string>)[keyField]!), ...change.remove]
   return `${change.kind}: ${named.slice(0, 5).map((key) => quoteValue(key)).join(', ')}${named.length > 5 ? `, and ${named.length - 5} more` : ''}`
 }
 

@@ -1,7 +1,7 @@
 import { hash } from 'node:crypto'
 import type { ApiKey } from '../schemas/fixtures.js'
 import { LayeredMap } from './layered-map.js'
-import { KeyTable, KeyTableBuilder, expiryOf, hashOfKey } from './key-table.js'
+import { KeyTable, KeyTableBuilder, asPrevious, expiryOf, hashOfKey, sameKey } from './key-table.js'
 import { createSlicer } from './slices.js'
 import { type Loaded, type Organization } from './records.js'
 import { KINDS, RECORD_KINDS, type RecordKind } from '../registry.js'
@@ -171,7 +171,7 @@ const hash52 = (text: string) => parseInt(hash('sha1', text, 'hex').slice(0, 13)
 
 const keyRules: KeyedRules<ApiKey> = {
   keyOf: (key) => key.name,
-  same: (a, b) => a.sha256 === b.sha256 && a.kind === b.kind && a.organization_id === b.organization_id && Object.is(expiryOf(a), expiryOf(b)),
+  same: sameKey,
   hashOf: hashOfKey
 }
 
@@ -297,12 +297,24 @@ function withKeyEdits (previous: KeyIndex, edits: ReadonlyArray<Edit<ApiKey>>): 
   // Old hashes out first, new ones in after: a hash that moves from one key to another in the
   // same change stays.
   const shaEdits: Array<[string, ApiKey | undefined]> = []
-  for (const [, before] of edits) if (before) shaEdits.push([before.sha256, undefined])
+  for (const [, before] of edits) {
+    if (before === undefined) continue
+    shaEdits.push([before.sha256, undefined])
+    if (before.previous != null) shaEdits.push([before.previous.sha256, undefined])
+  }
   for (const [, , after] of edits) if (after) shaEdits.push([after.sha256, after])
+  let bySha = previous.bySha.with(shaEdits)
+  // A secret a key had before its rotation, unless it is another key's current secret, which wins.
+  const previousSecrets: Array<[string, ApiKey]> = []
+  for (const [, , after] of edits) {
+    const seen = after === undefined ? undefined : asPrevious(after)
+    if (seen !== undefined && bySha.get(seen.sha256) === undefined) previousSecrets.push([seen.sha256, seen])
+  }
+  if (previousSecrets.length > 0) bySha = bySha.with(previousSecrets)
   return {
     table: previous.table,
     byKey: previous.byKey.with(edits.map(([key, , after]) => [key, after] as const)),
-    bySha: previous.bySha.with(shaEdits),
+    bySha,
     sum: sumAfter(previous.sum, edits, keyRules)
   }
 }

@@ -14,6 +14,9 @@ export const OrganizationSchema = Type.Object({
 
 export const KEY_KINDS = ['standard', 'management'] as const
 
+/** The highest rate limit a key may carry of its own: a billion requests a minute is no limit at all. */
+export const RATE_LIMIT_MAX = 1_000_000_000
+
 export const ApiKeySchema = Type.Object({
   // Held as UTF-8 (key-table.ts), which cannot hold a lone surrogate.
   name: Type.String({
@@ -28,7 +31,17 @@ export const ApiKeySchema = Type.Object({
   organization_id: Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX, description: 'Identifier of the organization of the key; one that does not exist is valid, and its member listing answers 404 (npm run check warns of it, npm run key refuses to mint one)' }),
   expires_at: Type.Optional(Type.Union([Type.String({ format: TIMESTAMP_FORMAT }), Type.Null()], {
     description: 'The instant from which the key answers 401 (This API key has expired), an RFC 3339 timestamp with a time zone; absent or null, it never expires'
+  })),
+  disabled: Type.Optional(Type.Boolean({ description: 'True: the key answers 401 (This API key is disabled) until it is enabled again (npm run key -- disable, enable); absent, false' })),
+  rate_limit_per_minute: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: RATE_LIMIT_MAX }), Type.Null()], {
+    description: `Requests a minute this key may make, in place of RATE_LIMIT_PER_MINUTE (1 to ${RATE_LIMIT_MAX}); absent or null, that setting's`
+  })),
+  previous: Type.Optional(Type.Union([Type.Object({
+    sha256: Type.String({ maxLength: 64, pattern: '^[0-9a-f]{64}$', description: 'SHA-256 of the secret the key had before its last rotation, lowercase hex' }),
+    expires_at: Type.String({ format: TIMESTAMP_FORMAT, description: 'The instant from which that secret answers 401 (the end of the rotation\'s grace), an RFC 3339 timestamp with a time zone' })
+  }, { additionalProperties: false }), Type.Null()], {
+    description: 'The secret the key had before its last rotation, which keeps working until the end of the grace (npm run key -- rotate); absent or null, none'
   }))
-}, { additionalProperties: false, description: 'An API key, held as its name, the SHA-256 of the key (never the key itself), its kind, its organization and its expiry' })
+}, { additionalProperties: false, description: 'An API key, held as its name, the SHA-256 of the key (never the key itself), its kind, its organization, its expiry, whether it is disabled, its own rate limit and the secret it had before its last rotation' })
 
 export type ApiKey = Static<typeof ApiKeySchema>

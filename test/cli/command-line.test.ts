@@ -14,7 +14,7 @@ const command = (file: string, ...args: string[]) =>
     (error: { code: number, stdout: string, stderr: string }) => ({ code: error.code, stdout: error.stdout, stderr: error.stderr }))
 
 const COMMANDS = [
-  { name: 'key', file: 'mint-key.js', usage: 'usage: npm run key -- --kind standard|management --org <organization id> --name <label> [--expires-in <duration> | --expires-at <time>] [--data-dir <dir>]' },
+  { name: 'key', file: 'mint-key.js', usage: 'usage: npm run key -- --kind standard|management --org <organization id> --name <name> [--expires-in <duration> | --expires-at <time>] [--rate-limit <n>]' },
   { name: 'check', file: 'check.js', usage: 'usage: npm run check -- [--data-dir <dir>]' },
   { name: 'db', file: 'db.js', usage: 'usage: npm run db -- migrate' },
   { name: 'docs', file: 'write-docs.js', usage: 'usage: npm run docs' }
@@ -50,7 +50,7 @@ describe('--help', () => {
   it('wins over the other options, which are not checked', async () => {
     const { code, stdout } = await command('mint-key.js', 'revoke', '--kind', 'root', '--help')
     expect(code).toBe(0)
-    expect(stdout).toContain('npm run key -- revoke --name <label>')
+    expect(stdout).toContain('npm run key -- revoke --name <name>')
   })
 })
 
@@ -61,7 +61,7 @@ describe('a command line a command does not understand', () => {
   })
 
   it.each([
-    ['key', 'mint-key.js', "unknown command 'frob' (rotate, revoke or list; a key is minted without one)"],
+    ['key', 'mint-key.js', "unknown command 'frob' (rotate, expire, disable, enable, limit, revoke, prune, history, list; a key is minted without one)"],
     ['db', 'db.js', "unknown command 'frob' (migrate, trim, import or export)"],
     // They take no command: a word is an argument they do not take.
     ['check', 'check.js', "unexpected argument 'frob'"],
@@ -77,7 +77,7 @@ describe('a command line a command does not understand', () => {
     ['write-docs.js', ['now'], "unexpected argument 'now'; see npm run docs -- --help\n"],
     ['db.js', [], 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --data-dir <dir> | export --data-dir <dir>; see npm run db -- --help\n'],
     ['db.js', ['dump', '--data-dir', 'x'], "unknown command 'dump' (migrate, trim, import or export); see npm run db -- --help\n"],
-    ['mint-key.js', ['mint', '--kind', 'standard', '--org', 'o', '--name', 'x'], "unknown command 'mint' (rotate, revoke or list; a key is minted without one); see npm run key -- --help\n"],
+    ['mint-key.js', ['mint', '--kind', 'standard', '--org', 'o', '--name', 'x'], "unknown command 'mint' (rotate, expire, disable, enable, limit, revoke, prune, history, list; a key is minted without one); see npm run key -- --help\n"],
     ['db.js', ['fr\nob'], "unknown command 'fr\\nob' (migrate, trim, import or export); see npm run db -- --help\n"],
     ['mint-key.js', ['-x'], "unknown option '-x'; see npm run key -- --help\n"]
   ])('%s %j: one line saying what is wrong, exit 2', async (file, args, line) => {

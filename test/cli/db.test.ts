@@ -79,10 +79,21 @@ describe('npm run db -- trim', () => {
     await query("ALTER TABLE directory_changes DISABLE TRIGGER directory_changes_stamp; UPDATE directory_changes SET written_at = now() - interval '2 hours'; ALTER TABLE directory_changes ENABLE TRIGGER directory_changes_stamp")
     await query("DELETE FROM keys WHERE name = 'k1'")
     const { stderr } = await db(url, 'trim', '--older-than', '1h')
-    expect(stderr).toBe(`trimmed the change log of ${url}: 1 entries older than 1h removed\n`)
+    expect(stderr).toBe(`trimmed the change log of ${url}: 1 entries older than 1h removed\n` +
+      `trimmed the keys' history of ${url}: 0 entries older than 90 days (KEY_HISTORY_RETENTION_DAYS) removed\n`)
     expect((await query('SELECT names FROM directory_changes')).rows).toEqual([{ names: ['k1'] }])
     // The default keeps a day.
     expect((await db(url, 'trim')).stderr).toContain(': 0 entries older than 1d removed')
+  })
+
+  it('removes the entries of the keys\' history older than KEY_HISTORY_RETENTION_DAYS, and keeps the newer', async () => {
+    await db(url, 'migrate')
+    await query(`INSERT INTO keys SELECT 'k' || i, lpad(i::text, 64, '0'), 'standard', 'o' FROM generate_series(1, 3) AS i`)
+    // Aged by hand, past the trigger that stamps every entry with its transaction's time.
+    await query("ALTER TABLE key_history DISABLE TRIGGER key_history_stamp; UPDATE key_history SET at = now() - interval '8 days' WHERE name <> 'k3'; ALTER TABLE key_history ENABLE TRIGGER key_history_stamp")
+    const { stderr } = await run(process.execPath, ['dist/cli/db.js', 'trim'], { env: { PATH: process.env.PATH ?? '', DATABASE_URL: url, KEY_HISTORY_RETENTION_DAYS: '7' } })
+    expect(stderr).toContain(`trimmed the keys' history of ${url}: 2 entries older than 7 days (KEY_HISTORY_RETENTION_DAYS) removed\n`)
+    expect((await query('SELECT name, action FROM key_history')).rows).toEqual([{ name: 'k3', action: 'minted' }])
   })
 
   it('refuses a retention that is not a duration, in one line', async () => {

@@ -7,6 +7,7 @@ import pg from 'pg'
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { loadFixtures } from '../../src/repositories/sources/files.js'
 import { replaceDirectory } from '../../src/repositories/sources/postgres-write.js'
+import { KEY_SELECT, keyOfRow } from '../../src/repositories/sources/postgres.js'
 import type { ApiKey } from '../../src/schemas/fixtures.js'
 import { BUNDLED_MANAGEMENT_KEY } from '../process.js'
 import { bearer, build, sha256 } from '../helper.js'
@@ -79,8 +80,12 @@ const stores: Array<[string, () => Promise<Store>]> = [
         await other.query('SELECT FROM keys WHERE name = $1 FOR UPDATE', [name])
         return async () => { await other.query('ROLLBACK'); await other.end() }
       },
-      keys: async () => (await db.query("SELECT name, sha256, kind, organization_id, to_json(expires_at AT TIME ZONE 'UTC') #>> '{}' AS expires_at FROM keys ORDER BY name")).rows
-        .map(({ expires_at: at, ...row }) => at === null ? row : { ...row, expires_at: `${String(at).replace(/\.000$/, '')}Z` })
+      // As a replica reads them, in UTC (this session's TimeZone), to the second as the commands write them.
+      keys: async () => {
+        await db.query("SET TimeZone = 'UTC'")
+        const { rows } = await db.query<unknown[]>({ text: `${KEY_SELECT} ORDER BY name`, rowMode: 'array' })
+        return rows.map((row) => keyOfRow(row).key)
+      }
     }
   }]
 ]
@@ -104,29 +109,35 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
     expect((await app.inject({ url: '/v1/providers', headers: bearer(secret) })).statusCode).toBe(401)
   })
 
-  it('rotates a key with a grace: the successor works at once, the old key until the grace ends', async () => {
+  it('rotates a key with a grace: the name stays, its new secret works at once, the one before until the grace ends', async () => {
     const store = await open()
     const old = (await store.keys()).find((record) => record.kind === 'management')!
+    const count = (await store.keys()).length
     const before = Date.now()
-    const { stdout, stderr } = await key(store, 'rotate', '--name', old.name, '--grace', '15m', '--new-name', 'rotated')
+    const { stdout, stderr } = await key(store, 'rotate', '--name', old.name, '--grace', '15m')
+    // Nothing but the secret on stdout: KEY=$(npm run -s key -- rotate ...) needs no parsing.
+    expect(stdout).toMatch(/^sk-or-v1-[0-9a-f]{64}\n$/)
     const secret = stdout.trim()
-    expect(secret).toMatch(/^sk-or-v1-[0-9a-f]{64}$/)
     const keys = await store.keys()
-    const ended = keys.find((record) => record.name === old.name)!
-    expect(keys.find((record) => record.name === 'rotated')).toEqual({ name: 'rotated', sha256: sha256(secret), kind: 'management', organization_id: old.organization_id })
-    const end = Date.parse(ended.expires_at!)
+    expect(keys).toHaveLength(count)
+    const rotated = keys.find((record) => record.name === old.name)!
+    expect(rotated).toEqual({ name: old.name, sha256: sha256(secret), kind: 'management', organization_id: old.organization_id, previous: { sha256: old.sha256, expires_at: expect.any(String) } })
+    const end = Date.parse(rotated.previous!.expires_at)
     expect(end).toBeGreaterThanOrEqual(before + 15 * 60_000 - 1000)
     expect(end).toBeLessThanOrEqual(Date.now() + 15 * 60_000 + 1000)
     // The instant written, as the commands print every expiry: UTC, to the second.
-    expect(stderr).toContain(`it works until ${new Date(end).toISOString().replace('.000Z', 'Z')} (grace 15m)`)
-    expect(ended.expires_at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/)
+    expect(stderr).toContain(`its secret before works until ${new Date(end).toISOString().replace('.000Z', 'Z')} (grace 15m)`)
+    expect(rotated.previous!.expires_at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/)
+    const list = (await key(store, 'list')).stdout
+    expect(list).toMatch(new RegExp(`\\n  previous secret of ${old.name} +${rotated.previous!.expires_at} +grace\\n`))
+    expect(list).not.toContain(old.sha256)
     let now = end - 1
     const app = build({ data: { ...await loadFixtures('fixtures'), keys }, clock: () => now })
-    const members = (presented: string) => app.inject({ url: '/v1/organization/members', headers: bearer(presented) }).then((res) => res.statusCode)
+    const members = (presented: string) => app.inject({ url: '/v1/organization/members', headers: bearer(presented) }).then((res) => [res.statusCode, res.json().error?.message])
     expect(old.sha256).toBe(sha256(BUNDLED_MANAGEMENT_KEY))
-    expect([await members(BUNDLED_MANAGEMENT_KEY), await members(secret)]).toEqual([200, 200])
+    expect([await members(BUNDLED_MANAGEMENT_KEY), await members(secret)]).toEqual([[200, undefined], [200, undefined]])
     now = end
-    expect([await members(BUNDLED_MANAGEMENT_KEY), await members(secret)]).toEqual([401, 200])
+    expect([await members(BUNDLED_MANAGEMENT_KEY), await members(secret)]).toEqual([[401, 'This API key was rotated and its grace period has ended: use its successor'], [200, undefined]])
   })
 
   it('refuses a rotation while another command changes the key, in one line, writing nothing; then rotates', async () => {
@@ -136,7 +147,7 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
     const release = await store.busy(old.name)
     let refused: { code: number | string, stderr: string }
     try {
-      refused = await key(store, 'rotate', '--name', old.name, '--new-name', 'second').then(
+      refused = await key(store, 'rotate', '--name', old.name).then(
         () => ({ code: 0, stderr: '' }),
         (error: { code: number | null, signal: string | null, stderr: string }) => ({ code: error.code ?? `${error.signal} after waiting ${PATIENCE_MS} ms`, stderr: error.stderr }))
     } finally {
@@ -144,36 +155,34 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
     }
     expect(refused).toEqual({ code: 1, stderr: expect.stringMatching(/^another (key )?command .* nothing was written: try again once it ends\n$/) })
     expect(await store.keys()).toEqual(before)
-    await key(store, 'rotate', '--name', old.name, '--new-name', 'second')
-    expect((await store.keys()).some((record) => record.name === 'second')).toBe(true)
+    const { stdout } = await key(store, 'rotate', '--name', old.name)
+    expect((await store.keys()).find((record) => record.name === old.name)!.sha256).toBe(sha256(stdout.trim()))
   })
 
-  it('keeps the earlier expiry when a key already expiring is rotated, and ends it at once with --grace 0', async () => {
+  it('ends the secret before at the key\'s own expiry when that comes first, and at once with --grace 0', async () => {
     const store = await open()
     await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'soon', '--expires-in', '10m')
     const soon = (await store.keys()).find((record) => record.name === 'soon')!.expires_at
     const { stderr } = await key(store, 'rotate', '--name', 'soon', '--grace', '1h')
-    expect((await store.keys()).find((record) => record.name === 'soon')!.expires_at).toBe(soon)
-    expect(stderr).toContain(`it works until ${soon} (grace 1h)`)
+    const rotated = (await store.keys()).find((record) => record.name === 'soon')!
+    expect([rotated.expires_at, rotated.previous?.expires_at]).toEqual([soon, soon])
+    expect(stderr).toContain(`its secret before works until ${soon} (grace 1h)`)
     await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'now', '--expires-in', '90d')
     const before = Date.now()
     await key(store, 'rotate', '--name', 'now', '--grace', '0')
-    const end = Date.parse((await store.keys()).find((record) => record.name === 'now')!.expires_at!)
+    const end = Date.parse((await store.keys()).find((record) => record.name === 'now')!.previous!.expires_at)
     expect(end).toBeGreaterThanOrEqual(before - 1000)
     expect(end).toBeLessThanOrEqual(Date.now() + 1000)
-    // Named after the old key and the time.
-    expect((await store.keys()).filter((record) => record.name.startsWith('now-'))).toHaveLength(1)
   })
 
-  it('rotates a key that expired already, saying the grace cannot extend it rather than promising a time past', async () => {
+  it('rotates a key that expired already, saying the grace cannot extend it rather than promising a time past; its new secret works', async () => {
     const store = await open()
     await store.insert({ name: 'expired', sha256: sha256('expired-secret'), kind: 'standard', organization_id: 'org_2vQmAcme0001', expires_at: '2020-01-01T00:00:00Z' })
-    const { stdout, stderr } = await key(store, 'rotate', '--name', 'expired', '--grace', '1h', '--new-name', 'revived')
-    expect(stderr.split('\n')[0]).toBe(`rotated key "expired" in ${stderr.split(' in ')[1]!.split(': ')[0]}: it expired already at 2020-01-01T00:00:00Z, so the grace (1h) cannot extend it; ` +
-      'its successor "revived" (standard, org_2vQmAcme0001) works now, without a restart.')
-    const keys = await store.keys()
-    expect(keys.find((record) => record.name === 'expired')!.expires_at).toBe('2020-01-01T00:00:00Z')
-    expect(keys.find((record) => record.name === 'revived')).toEqual({ name: 'revived', sha256: sha256(stdout.trim()), kind: 'standard', organization_id: 'org_2vQmAcme0001' })
+    const { stdout, stderr } = await key(store, 'rotate', '--name', 'expired', '--grace', '1h')
+    expect(stderr.split('\n')[0]).toMatch(/^rotated key "expired" \(standard, org_2vQmAcme0001\) in .+; running servers follow within a second, without a restart: it expired already at 2020-01-01T00:00:00Z, so the grace \(1h\) cannot extend its secret before\.$/)
+    expect((await store.keys()).find((record) => record.name === 'expired')).toEqual({
+      name: 'expired', sha256: sha256(stdout.trim()), kind: 'standard', organization_id: 'org_2vQmAcme0001', previous: { sha256: sha256('expired-secret'), expires_at: '2020-01-01T00:00:00Z' }
+    })
   })
 
   it('refuses to mint for an organization the directory does not have, in one line naming it, writing nothing', async () => {
@@ -215,8 +224,8 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
     await store.insert({ name: 'later', sha256: sha256('later-secret'), kind: 'management', organization_id: 'org_2vQmAcme0001', expires_at: '2999-01-01T02:00:00.250+02:00' })
     await store.insert({ name: 'gone', sha256: sha256('gone-secret'), kind: 'standard', organization_id: 'org_2vQmAcme0001', expires_at: '2020-01-01T00:00:00.5+01:00' })
     const lines = (await key(store, 'list')).stdout.trimEnd().split('\n')
-    expect(lines.find((line) => line.startsWith('gone '))).toMatch(/^gone +standard +org_2vQmAcme0001 +2019-12-31T23:00:00Z \(expired\)$/)
-    expect(lines.find((line) => line.startsWith('later '))).toMatch(/^later +management +org_2vQmAcme0001 +2999-01-01T00:00:00Z$/)
+    expect(lines.find((line) => line.startsWith('gone '))).toMatch(/^gone +standard +org_2vQmAcme0001 +2019-12-31T23:00:00Z +expired +default$/)
+    expect(lines.find((line) => line.startsWith('later '))).toMatch(/^later +management +org_2vQmAcme0001 +2999-01-01T00:00:00Z +active +default$/)
   })
 
   it('lists names, kinds, organizations and expiries, the expired marked, never a hash', async () => {
@@ -225,10 +234,10 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
     await key(store, '--kind', 'management', '--org', 'org_2vQmAcme0001', '--name', 'later', '--expires-at', '2999-01-01T00:00:00Z')
     const { stdout } = await key(store, 'list')
     const lines = stdout.trimEnd().split('\n')
-    expect(lines[0]).toMatch(/^NAME +KIND +ORGANIZATION +EXPIRES$/)
-    expect(lines.find((line) => line.startsWith('gone '))).toMatch(/^gone +standard +org_2vQmAcme0001 +2020-01-01T00:00:00Z \(expired\)$/)
-    expect(lines.find((line) => line.startsWith('later '))).toMatch(/^later +management +org_2vQmAcme0001 +2999-01-01T00:00:00Z$/)
-    expect(lines.filter((line) => line.endsWith(' never')).length).toBeGreaterThan(0)
+    expect(lines[0]).toMatch(/^NAME +KIND +ORGANIZATION +EXPIRES +STATUS +LIMIT$/)
+    expect(lines.find((line) => line.startsWith('gone '))).toMatch(/^gone +standard +org_2vQmAcme0001 +2020-01-01T00:00:00Z +expired +default$/)
+    expect(lines.find((line) => line.startsWith('later '))).toMatch(/^later +management +org_2vQmAcme0001 +2999-01-01T00:00:00Z +active +default$/)
+    expect(lines.filter((line) => / never +active +default$/.test(line)).length).toBeGreaterThan(0)
     for (const record of await store.keys()) expect(stdout).not.toContain(record.sha256)
   })
 

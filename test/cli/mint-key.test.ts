@@ -46,8 +46,8 @@ describe('npm run key', () => {
 
   it.each([
     // A command line it does not understand exits 2, bad data 1.
-    [['--kind', 'root', '--org', 'o', '--name', 'x'], 2, 'usage:'],
-    [['--org', 'o', '--name', 'x'], 2, 'usage:'],
+    [['--kind', 'root', '--org', 'o', '--name', 'x'], 2, '--kind "root" is not standard or management; see npm run key -- --help'],
+    [['--org', 'o', '--name', 'x'], 2, 'minting needs --kind; usage:'],
     [['--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'acme-management'], 1, 'exists already']
   ])('refuses %o and leaves keys.json as it was', async (args, code, message) => {
     const before = await readFile(join(dir, 'keys.json'), 'utf8')

@@ -3,12 +3,11 @@ import { memberProblem, recordProblem } from '../records.js'
 import { KINDS, RECORD_KINDS, type RecordKind } from '../../registry.js'
 import { quoteValue } from '../../schemas/describe-error.js'
 import { timestampMs, timestampText } from '../../schemas/formats.js'
-import type { ApiKey } from '../../schemas/fixtures.js'
 import type { Member } from '../../schemas/member.js'
 import { MAX_MEMBERS } from '../member-list.js'
 import { copyRows } from './copy-rows.js'
 import { checkSchema, namingColumn } from './postgres-schema.js'
-import { DOCUMENT_MAX_BYTES, KEY_COLUMNS, MEMBER_FIELDS, MEMBER_ROWS, NAME_CHARS, ORGANIZATION_COLUMNS, overProblem, rowMessage, unread } from './postgres.js'
+import { DOCUMENT_MAX_BYTES, KEY_SELECT, keyOfRow, MEMBER_FIELDS, MEMBER_ROWS, NAME_CHARS, ORGANIZATION_COLUMNS, overProblem, rowMessage, unread } from './postgres.js'
 
 /** Where `npm run db -- export` puts what it reads. */
 export interface ExportSink {
@@ -132,21 +131,20 @@ async function exportOrganizations (client: pg.ClientBase, sink: ExportSink) {
 
 /** The keys, each checked as a replica checks it (postgres.ts, readKeys), its expiry written as a replica's key table writes it. */
 async function exportKeys (client: pg.ClientBase, sink: ExportSink) {
-  const query = `SELECT ${KEY_COLUMNS.select}, to_json(expires_at) #>> '{}', ${KEY_COLUMNS.over} FROM keys ORDER BY ${KEY_ORDER}`
+  const query = `${KEY_SELECT} ORDER BY ${KEY_ORDER}`
   let index = 0
   for await (const rows of copyRows(client, query)) {
-    for (const [name, sha256, kind, organization, expiresAt, over] of rows) {
-      const key: ApiKey = { name: name!, sha256: sha256!, kind: kind as ApiKey['kind'], organization_id: organization! }
-      // In UTC (the transaction's TimeZone): `+00:00` written `Z`, as the files write it.
-      if (expiresAt !== null && expiresAt !== undefined) key.expires_at = expiresAt.replace(/\+00:00$/, 'Z')
+    for (const row of rows) {
+      const { key, over } = keyOfRow(row)
       const problem = overProblem(over) ?? recordProblem('keys', key, index)
       index++
       if (problem !== undefined) {
-        sink.refuse('keys', rowMessage(problem, 'keys', `name ${quoteValue(name)}`))
+        sink.refuse('keys', rowMessage(problem, 'keys', `name ${quoteValue(key.name)}`))
         continue
       }
       // To the millisecond, `.000` left out, as the key table a replica reads keys into gives it.
-      if (key.expires_at !== undefined) key.expires_at = timestampText(timestampMs(key.expires_at!))
+      if (key.expires_at != null) key.expires_at = timestampText(timestampMs(key.expires_at))
+      if (key.previous != null) key.previous.expires_at = timestampText(timestampMs(key.previous.expires_at))
       await sink.write('keys', key)
     }
   }

@@ -606,6 +606,117 @@ CREATE TRIGGER members_bound_insert AFTER INSERT ON members
 CREATE TRIGGER members_bound_update AFTER UPDATE ON members
   REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION directory_members_bound();
 `
+}, {
+  version: 11,
+  name: 'keys on day two: one name through rotation, disabled, their own limit, and their history',
+  sql: String.raw`
+-- Expand only: columns the replicas of the release before do not read (they go on serving every key
+-- as before), and a table of their own. A rotation keeps the key's name and row: the secret it had
+-- goes to previous_sha256 until previous_expires_at (the end of the grace). The checks scan the table
+-- once (all null, some 0.1 s at a million keys) and refuse a bad value at write time from then on.
+ALTER TABLE keys
+  ADD COLUMN disabled boolean NOT NULL DEFAULT false,
+  ADD COLUMN rate_limit_per_minute integer CONSTRAINT keys_rate_limit_check CHECK (rate_limit_per_minute BETWEEN 1 AND 1000000000),
+  ADD COLUMN previous_sha256 text CONSTRAINT keys_previous_sha256_check CHECK (char_length(previous_sha256) = 64 AND previous_sha256 !~ '[^0-9a-f]'),
+  ADD COLUMN previous_expires_at timestamptz,
+  ADD CONSTRAINT keys_previous_check CHECK ((previous_sha256 IS NULL) = (previous_expires_at IS NULL));
+
+-- Every change of a key, written by the database itself (the trigger below), whatever wrote the key:
+-- npm run key, an import, psql. Never a secret nor its hash. Its time, role, client and transaction are
+-- stamped by the database (key_history_stamp), and an entry is never changed: only a trim removes
+-- entries (npm run db -- trim, past KEY_HISTORY_RETENTION_DAYS).
+CREATE TABLE key_history (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  at timestamptz NOT NULL,
+  -- Null for a TRUNCATE, which names no key.
+  name text,
+  action text NOT NULL,
+  -- The fields changed, each [before, after]; the fields minted with; a replaced secret as "replaced".
+  changes jsonb,
+  role text NOT NULL,
+  client text,
+  txid xid8 NOT NULL
+);
+CREATE INDEX key_history_name ON key_history (name, id);
+CREATE INDEX key_history_at ON key_history (at);
+
+CREATE FUNCTION key_history_stamp() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'UPDATE' THEN
+    RAISE EXCEPTION 'the entries of key_history are never changed' USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  NEW.at := now();
+  -- The role that logged in: a SECURITY DEFINER function, as the trigger below is, changes current_user, not session_user.
+  NEW.role := session_user;
+  NEW.client := nullif(current_setting('application_name'), '');
+  NEW.txid := pg_current_xact_id();
+  RETURN NEW;
+END
+$$;
+CREATE TRIGGER key_history_stamp BEFORE INSERT OR UPDATE ON key_history FOR EACH ROW EXECUTE FUNCTION key_history_stamp();
+
+-- A key's fields as history shows them: never a hash.
+CREATE FUNCTION key_history_fields(key jsonb) RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+  SELECT key - 'name' - 'sha256' - 'previous_sha256'
+$$;
+
+-- The fields that differ, each [before, after]; a hash that changed as "replaced".
+CREATE FUNCTION key_history_changes(before jsonb, after jsonb) RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+  SELECT coalesce(jsonb_object_agg(field, jsonb_build_array(old_value, new_value)), '{}'::jsonb)
+      || CASE WHEN before->'sha256' IS DISTINCT FROM after->'sha256' THEN '{"sha256": "replaced"}'::jsonb ELSE '{}'::jsonb END
+    FROM jsonb_each(key_history_fields(before)) AS old_fields (field, old_value)
+    JOIN jsonb_each(key_history_fields(after)) AS new_fields (field, new_value) USING (field)
+    WHERE old_value IS DISTINCT FROM new_value
+$$;
+
+-- Once per statement, from its transition tables: an import of a million keys writes its entries in
+-- one INSERT, where a row trigger ran a statement per key. directory.key_reason, set by the commands
+-- (SET LOCAL), names why: 'prune' or 'import'.
+CREATE FUNCTION key_history_record() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  reason text := coalesce(current_setting('directory.key_reason', true), '');
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    INSERT INTO key_history (name, action, changes)
+      SELECT name, CASE reason WHEN 'import' THEN 'imported' ELSE 'minted' END,
+        jsonb_strip_nulls(key_history_fields(to_jsonb(new_rows))) - CASE WHEN disabled THEN '' ELSE 'disabled' END FROM new_rows;
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO key_history (name, action)
+      SELECT name, CASE reason WHEN 'prune' THEN 'pruned' WHEN 'import' THEN 'removed by import' ELSE 'revoked' END FROM old_rows;
+  ELSIF TG_OP = 'UPDATE' THEN
+    -- Paired by name: a row renamed shows as its old name and its new one.
+    INSERT INTO key_history (name, action, changes)
+      SELECT coalesce(after.name, before.name),
+        CASE
+          WHEN after.name IS NULL OR before.name IS NULL THEN 'renamed'
+          WHEN reason = 'prune' THEN 'pruned'
+          WHEN before.sha256 IS DISTINCT FROM after.sha256 THEN 'rotated'
+          WHEN before.disabled IS DISTINCT FROM after.disabled THEN CASE WHEN after.disabled THEN 'disabled' ELSE 'enabled' END
+          WHEN before.expires_at IS DISTINCT FROM after.expires_at THEN 'expiry set'
+          WHEN before.rate_limit_per_minute IS DISTINCT FROM after.rate_limit_per_minute THEN 'limit set'
+          ELSE 'changed'
+        END,
+        CASE WHEN after.name IS NULL OR before.name IS NULL THEN jsonb_build_object('name', jsonb_build_array(before.name, after.name))
+          ELSE key_history_changes(to_jsonb(before), to_jsonb(after)) END
+      FROM old_rows AS before FULL JOIN new_rows AS after ON before.name = after.name
+      -- An UPDATE that sets what was there changes nothing.
+      WHERE before IS DISTINCT FROM after;
+  ELSE
+    INSERT INTO key_history (name, action) VALUES (NULL, 'truncated: every key removed');
+  END IF;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER keys_history_insert AFTER INSERT ON keys
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION key_history_record();
+CREATE TRIGGER keys_history_update AFTER UPDATE ON keys
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION key_history_record();
+CREATE TRIGGER keys_history_delete AFTER DELETE ON keys
+  REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION key_history_record();
+CREATE TRIGGER keys_history_truncate AFTER TRUNCATE ON keys
+  FOR EACH STATEMENT EXECUTE FUNCTION key_history_record();
+REVOKE ALL ON key_history FROM PUBLIC;
+`
 }]
 
 /** The schema version this build reads and writes. */
@@ -713,7 +824,7 @@ function tablesRead (): Map<string, readonly string[]> {
     const naming = namingColumn(kind)
     tables.set(KINDS[kind].table, KINDS[kind].index === 'list' ? [...new Set([...LIST_COLUMNS, ...naming === undefined ? [] : [naming]])] : [])
   }
-  for (const table of ['members', 'directory_changes', 'directory_changes_trimmed']) tables.set(table, [])
+  for (const table of ['members', 'directory_changes', 'directory_changes_trimmed', 'key_history']) tables.set(table, [])
   return tables
 }
 
@@ -782,4 +893,12 @@ export async function trimChanges (client: pg.ClientBase, olderThanMs = RETENTIO
     SELECT (SELECT count(*) FROM gone) AS removed, (SELECT count(*) FROM moved) AS moved`, [olderThanMs])
   await client.query('VACUUM directory_changes')
   return Number(row?.removed ?? 0)
+}
+
+/** Removes the entries of the keys' history written more than `olderThanMs` ago; answers how many. */
+export async function trimKeyHistory (client: pg.ClientBase, olderThanMs: number): Promise<number> {
+  await refuseStandby(client, 'trim')
+  await checkSchema(client)
+  const { rowCount } = await client.query("DELETE FROM key_history WHERE at < now() - $1 * interval '1 millisecond'", [olderThanMs])
+  return rowCount ?? 0
 }

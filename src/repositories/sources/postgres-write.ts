@@ -3,6 +3,7 @@ import { type DirectoryData, type Loaded, type Records } from '../records.js'
 import { KINDS, RECORD_KINDS, type RecordKind } from '../../registry.js'
 import type { ApiKey } from '../../schemas/fixtures.js'
 import { checkSchema } from './postgres-schema.js'
+import { KEY_SELECT, keyOfRow } from './postgres.js'
 import { LIST_KINDS } from '../../registry.js'
 
 /**
@@ -16,8 +17,9 @@ const BATCH = 20000
  * Rows of a table in batches of BATCH, however they come: push() says when a batch is full, and
  * flush() inserts what is gathered, after what `before` inserts.
  */
-function rowInserter (client: pg.ClientBase, table: string, columns: string[], before?: { flush(): Promise<void> }) {
+function rowInserter (client: pg.ClientBase, table: string, columns: string[], before?: { flush(): Promise<void> }, values = columns) {
   const list = columns.join(', ')
+  const selected = values.join(', ')
   let batch: object[] = []
   return {
     push (row: object): boolean {
@@ -28,7 +30,7 @@ function rowInserter (client: pg.ClientBase, table: string, columns: string[], b
       if (batch.length === 0) return
       const rows = batch
       batch = []
-      await client.query(`INSERT INTO ${table} (${list}) SELECT ${list} FROM json_populate_recordset(NULL::${table}, $1::json)`, [JSON.stringify(rows)])
+      await client.query(`INSERT INTO ${table} (${list}) SELECT ${selected} FROM json_populate_recordset(NULL::${table}, $1::json)`, [JSON.stringify(rows)])
     }
   }
 }
@@ -52,6 +54,8 @@ export async function replaceDirectory (client: pg.ClientBase, data: DirectoryDa
   await client.query('BEGIN')
   try {
     await checkSchema(client)
+    // The keys' history says these changes came of an import (key_history_record).
+    await client.query("SET LOCAL directory.key_reason = 'import'")
     // DELETE, not TRUNCATE: TRUNCATE is not MVCC-safe. A replica's REPEATABLE READ transaction whose
     // snapshot was taken before this one commits would see the truncated tables empty, and serve no
     // keys (every request a 401) or no providers until the next change (the reload storm test).
@@ -66,9 +70,9 @@ export async function replaceDirectory (client: pg.ClientBase, data: DirectoryDa
       }
     }
     await insertOrganizations(client, batches.organizations)
-    const keys = rowInserter(client, 'keys', ['name', 'sha256', 'kind', 'organization_id', 'expires_at'])
+    const keys = rowInserter(client, 'keys', KEY_ROW_COLUMNS, undefined, KEY_ROW_COLUMNS.map((column) => column === 'disabled' ? 'coalesce(disabled, false)' : column))
     for await (const records of batches.keys) {
-      for (const key of records) if (keys.push(key)) await keys.flush()
+      for (const key of records) if (keys.push(keyRow(key))) await keys.flush()
     }
     await keys.flush()
     await client.query('COMMIT')
@@ -106,12 +110,32 @@ async function insertOrganizations (client: pg.ClientBase, batches: Batches<'org
   await members.flush()
 }
 
-/** Records a key; refuses a name already taken (revocation goes by name). */
+/** The columns of a key's row, as keyRow names them. */
+const KEY_ROW_COLUMNS = ['name', 'sha256', 'kind', 'organization_id', 'expires_at', 'disabled', 'rate_limit_per_minute', 'previous_sha256', 'previous_expires_at']
+
+/** A key record as its row: the previous secret in two columns. */
+function keyRow (key: ApiKey) {
+  return {
+    name: key.name,
+    sha256: key.sha256,
+    kind: key.kind,
+    organization_id: key.organization_id,
+    expires_at: key.expires_at ?? null,
+    disabled: key.disabled === true,
+    rate_limit_per_minute: key.rate_limit_per_minute ?? null,
+    previous_sha256: key.previous?.sha256 ?? null,
+    previous_expires_at: key.previous?.expires_at ?? null
+  }
+}
+
+/** `$1, $2, ...` for the columns of a key's row. */
+const KEY_ROW_PARAMETERS = KEY_ROW_COLUMNS.map((_, index) => `$${index + 1}`).join(', ')
+
+/** Records a key; refuses a name already taken (the commands go by name). */
 export async function insertKey (client: pg.ClientBase, key: ApiKey) {
   await checkSchema(client)
   try {
-    await client.query('INSERT INTO keys (name, sha256, kind, organization_id, expires_at) VALUES ($1, $2, $3, $4, $5)',
-      [key.name, key.sha256, key.kind, key.organization_id, key.expires_at ?? null])
+    await client.query(`INSERT INTO keys (${KEY_ROW_COLUMNS.join(', ')}) VALUES (${KEY_ROW_PARAMETERS})`, Object.values(keyRow(key)))
   } catch (error) {
     if ((error as { constraint?: string }).constraint === 'keys_pkey') throw new Error(`a key named ${JSON.stringify(key.name)} exists already in table keys`)
     throw error
@@ -131,43 +155,83 @@ export async function organizationExists (client: pg.ClientBase, id: string) {
   return rowCount === 1
 }
 
-/**
- * Mints `successor` (of the same kind and organization as the key named `name`) and sets the old
- * key's expiry to now plus `graceMs` (to the second, as the commands print it), or keeps the one it
- * has when that is earlier: one transaction. Answers the old key's expiry (RFC 3339, UTC) and whether
- * it had expired already, or undefined when there is no key of that name.
- */
-export async function rotateKey (client: pg.ClientBase, name: string, successor: Pick<ApiKey, 'name' | 'sha256' | 'expires_at'>, graceMs: number): Promise<{ kind: ApiKey['kind'], organization_id: string, expires_at: string, expired: boolean } | undefined> {
-  await checkSchema(client)
+/** Runs `work` in a transaction: committed when it returns, rolled back when it throws. */
+async function inTransaction<T> (client: pg.ClientBase, work: () => Promise<T>): Promise<T> {
   await client.query('BEGIN')
   try {
-    // One rotation of a key at a time: another under way (its row locked) refuses this one, which would
-    // otherwise wait, then mint a second successor of a key already rotated.
-    await client.query('SELECT FROM keys WHERE name = $1 FOR UPDATE NOWAIT', [name]).catch((error: { code?: string }) => {
-      if (error.code === '55P03') throw new Error(`another command is changing key ${JSON.stringify(name)} in table keys; nothing was written: try again once it ends`)
-      throw error
-    })
-    // The row as it was comes from the FROM item: RETURNING sees only the new one.
-    const { rows: [old] } = await client.query<{ kind: ApiKey['kind'], organization_id: string, expires_at: string, expired: boolean }>(
-      `UPDATE keys SET expires_at = least(coalesce(keys.expires_at, 'infinity'), date_trunc('second', now() + $2 * interval '1 millisecond'))
-        FROM (SELECT expires_at FROM keys WHERE name = $1) AS previous WHERE name = $1
-        RETURNING kind, organization_id, to_json(keys.expires_at AT TIME ZONE 'UTC') #>> '{}' || 'Z' AS expires_at, coalesce(previous.expires_at <= now(), false) AS expired`, [name, graceMs])
-    if (old === undefined) {
-      await client.query('ROLLBACK')
-      return undefined
-    }
-    await insertKey(client, { ...successor, kind: old.kind, organization_id: old.organization_id })
+    const result = await work()
     await client.query('COMMIT')
-    return old
+    return result
   } catch (error) {
     await client.query('ROLLBACK').catch(() => {})
     throw error
   }
 }
 
-/** Every key as a list shows it: name, kind, organization, expiry (RFC 3339, UTC), in the order of their names; never a hash. */
-export async function listKeys (client: pg.ClientBase): Promise<Array<Omit<ApiKey, 'sha256'>>> {
+/**
+ * Changes the key named `name` as `change` says, given the key as it is and the database's now() (ms
+ * since the epoch, the clock the replicas judge expiries by), in one transaction holding its row:
+ * another command changing the key at once is refused in one line rather than waited for (it would
+ * then change a key already changed). Answers the key before and after, or undefined when there is none.
+ */
+export async function updateKey (client: pg.ClientBase, name: string, change: (key: ApiKey, now: number) => ApiKey): Promise<{ before: ApiKey, after: ApiKey } | undefined> {
   await checkSchema(client)
-  const { rows } = await client.query<Omit<ApiKey, 'sha256'>>(`SELECT name, kind, organization_id, replace(to_json(expires_at AT TIME ZONE 'UTC') #>> '{}' || 'Z', '.000Z', 'Z') AS expires_at FROM keys ORDER BY name COLLATE "C"`)
-  return rows.map(({ expires_at: expiresAt, ...key }) => expiresAt === null ? key : { ...key, expires_at: expiresAt })
+  return await inTransaction(client, async () => {
+    const { rows } = await client.query<unknown[]>({ text: `${KEY_SELECT} WHERE name = $1 FOR UPDATE NOWAIT`, values: [name], rowMode: 'array' }).catch((error: { code?: string }) => {
+      if (error.code === '55P03') throw new Error(`another command is changing key ${JSON.stringify(name)} in table keys; nothing was written: try again once it ends`)
+      throw error
+    })
+    if (rows[0] === undefined) return undefined
+    const before = keyOfRow(rows[0]).key
+    const { rows: [clock] } = await client.query<{ now: string }>('SELECT extract(epoch FROM now()) * 1000 AS now')
+    const after = change(before, Number(clock!.now))
+    await client.query(`UPDATE keys SET (${KEY_ROW_COLUMNS.join(', ')}) = ROW(${KEY_ROW_PARAMETERS}) WHERE name = $${KEY_ROW_COLUMNS.length + 1}`, [...Object.values(keyRow(after)), name])
+    return { before, after }
+  })
+}
+
+/**
+ * Removes the keys whose expiry is before `before` (ms since the epoch), and the previous secrets whose
+ * end is, in one transaction; the history says "pruned". Answers how many of each.
+ */
+export async function pruneKeys (client: pg.ClientBase, before: number): Promise<{ keys: number, secrets: number }> {
+  await checkSchema(client)
+  return await inTransaction(client, async () => {
+    await client.query("SET LOCAL directory.key_reason = 'prune'")
+    const at = new Date(before).toISOString()
+    const { rowCount: keys } = await client.query('DELETE FROM keys WHERE expires_at < $1', [at])
+    const { rowCount: secrets } = await client.query('UPDATE keys SET previous_sha256 = NULL, previous_expires_at = NULL WHERE previous_expires_at < $1', [at])
+    return { keys: keys ?? 0, secrets: secrets ?? 0 }
+  })
+}
+
+/** An entry of a key's history, as npm run key -- history shows it. */
+export interface HistoryEntry {
+  /** RFC 3339, UTC. */
+  at: string
+  /** Null: every key (a TRUNCATE). */
+  name: string | null
+  action: string
+  /** The fields changed, each [before, after], or those minted with. */
+  changes: Record<string, unknown> | null
+  /** Who: the database role (and its client), or the OS user for files. */
+  by: string
+}
+
+/** The last `limit` entries of the history, of the key named `name` or of all, oldest first, and how many there are in all. */
+export async function keyHistory (client: pg.ClientBase, name: string | undefined, limit: number): Promise<{ entries: HistoryEntry[], total: number }> {
+  await checkSchema(client)
+  const where = name === undefined ? '' : 'WHERE name = $2'
+  const { rows } = await client.query<HistoryEntry & { total: string }>(`SELECT * FROM (
+      SELECT to_json(at AT TIME ZONE 'UTC') #>> '{}' || 'Z' AS at, name, action, changes,
+        role || coalesce(' (' || client || ')', '') AS by, count(*) OVER () AS total, id
+      FROM key_history ${where} ORDER BY id DESC LIMIT $1) AS last ORDER BY id`, name === undefined ? [limit] : [limit, name])
+  return { entries: rows.map(({ total: _total, id: _id, ...entry }: HistoryEntry & { total: string, id?: string }) => entry), total: Number(rows[0]?.total ?? 0) }
+}
+
+/** Every key as a list shows it: in the order of their names, never a hash (a previous secret's end only). */
+export async function listKeys (client: pg.ClientBase): Promise<ApiKey[]> {
+  await checkSchema(client)
+  const { rows } = await client.query<unknown[]>({ text: `${KEY_SELECT} ORDER BY name COLLATE "C"`, rowMode: 'array' })
+  return rows.map((row) => keyOfRow(row).key)
 }

@@ -260,15 +260,40 @@ function textArray (client: pg.ClientBase, values: readonly string[]): string {
 }
 
 /** The key columns a read takes, bounded; a key's expiry is a timestamptz, of a size of its own. */
-export const KEY_COLUMNS = boundedColumns(ApiKeySchema, ['name', 'sha256', 'kind', 'organization_id'], 'name')
+const KEY_COLUMNS = boundedColumns(ApiKeySchema, ['name', 'sha256', 'kind', 'organization_id'], 'name')
+
+/**
+ * What a read of table keys selects, for keyOfRow: the bounded columns, the instants as RFC 3339 text
+ * in UTC (the transaction's TimeZone), a previous hash cut past the 64 digits a valid one has, and
+ * the first value past its bound.
+ */
+export const KEY_SELECT = `SELECT ${KEY_COLUMNS.select}, to_json(expires_at) #>> '{}', disabled, rate_limit_per_minute,
+  left(previous_sha256, 65), to_json(previous_expires_at) #>> '{}', ${KEY_COLUMNS.over} FROM keys`
+
+/** An instant as PostgreSQL's to_json gives it in UTC, `+00:00` written `Z` as the files and the key table write it. */
+const utc = (text: string) => text.replace(/\+00:00$/, 'Z')
+
+/**
+ * A row of KEY_SELECT as the key record a file holds, with only the fields it has; `over` names a value
+ * left unread. Read by COPY (text: `t` for true) or by a query (a boolean, a number).
+ */
+export function keyOfRow (row: ReadonlyArray<unknown>) {
+  const [name, sha256, kind, organization, expiresAt, disabled, limit, previousSha, previousEnd, over] = row as Array<string | null | undefined>
+  const key: ApiKey = { name: name!, sha256: sha256!, kind: kind as ApiKey['kind'], organization_id: organization! }
+  if (expiresAt != null) key.expires_at = utc(expiresAt)
+  if (disabled === 't' || (disabled as unknown) === true) key.disabled = true
+  if (limit != null) key.rate_limit_per_minute = Number(limit)
+  // Either without the other is refused by the key's schema (keys_previous_check refuses it first).
+  if (previousSha != null || previousEnd != null) key.previous = { sha256: previousSha ?? '', expires_at: previousEnd == null ? '' : utc(previousEnd) }
+  return { key, over }
+}
 
 /**
  * Keys, all or those of these names, validated; a bad row is refused alone. Every key is built
  * into a KeyTable as it is read (key-table.ts): never a million objects at once.
  */
 async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'): Promise<Change<'keys'>> {
-  // An expiry as RFC 3339 text, in UTC (the transaction's TimeZone), as a file holds it.
-  const columns = `SELECT ${KEY_COLUMNS.select}, to_json(expires_at) #>> '{}', ${KEY_COLUMNS.over} FROM keys`
+  const columns = KEY_SELECT
   const refused: Refusals = new Map()
   // Sized once for the rows PostgreSQL expects, instead of growing from nothing.
   const table = names === 'all' ? new KeyTableBuilder('table keys', await estimatedKeys(client)) : undefined
@@ -277,13 +302,11 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
   // In no order: a key table has none, and reading the table in its own order spares an index scan.
   const query = names === 'all' ? columns : `${columns} WHERE name = ANY(${textArray(client, names)})`
   for await (const rows of copyRows(client, query)) {
-    for (const [name, sha256, kind, organization, expiresAt, over] of rows as Array<Array<string | null>>) {
-      const key: ApiKey = { name: name!, sha256: sha256!, kind: kind as ApiKey['kind'], organization_id: organization! }
-      // In UTC (the transaction's TimeZone): `+00:00` written `Z`, as the files and the key table write it.
-      if (expiresAt !== null && expiresAt !== undefined) key.expires_at = expiresAt.replace(/\+00:00$/, 'Z')
+    for (const row of rows as Array<Array<string | null>>) {
+      const { key, over } = keyOfRow(row)
       const problem = overProblem(over) ?? recordProblem('keys', key, index)
       index++
-      if (problem !== undefined) refused.set(name!, rowMessage(problem, 'keys', `name ${quoteValue(name)}`))
+      if (problem !== undefined) refused.set(key.name, rowMessage(problem, 'keys', `name ${quoteValue(key.name)}`))
       else if (table !== undefined) table.add(key)
       else found.push(key)
     }
