@@ -9,7 +9,7 @@ const PROGRAMS = [
   'test/repositories/sources/postgres*.test.ts',
   'test/repositories/sources/copy-rows.test.ts',
   'test/repositories/{key-expiry,member-list,vendor-fields}.test.ts',
-  'test/cli/{db,key-lifetimes}.test.ts',
+  'test/cli/{db,key-lifetimes,key-commands}.test.ts',
   'test/server-postgres.test.ts',
   'test/postgres-shapes.test.ts',
   'test/extra-kind.test.ts',

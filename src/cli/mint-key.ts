@@ -400,9 +400,9 @@ function formatList (keys: Listed[], now: number): string {
   return table(rows)
 }
 
-/** A value of a history entry's changes as printed: instants to the second, in UTC. */
-function historyValue (value: unknown): string {
-  if (value === null || value === undefined) return 'none'
+/** A value of a field in a history entry's changes as printed: instants to the second, in UTC. */
+function historyValue (field: string, value: unknown): string {
+  if (value === null || value === undefined) return field.endsWith('expires_at') ? 'never' : 'none'
   if (typeof value === 'string' && !Number.isNaN(timestampMs(value))) return instantText(timestampMs(value))
   return typeof value === 'string' ? value : JSON.stringify(value)
 }
@@ -413,7 +413,7 @@ function formatHistory (entries: readonly HistoryEntry[]): string {
   for (const { at, name, action, changes, by } of entries) {
     const described = Object.entries(changes ?? {}).map(([field, value]) => {
       if (field === 'sha256') return 'secret replaced'
-      return Array.isArray(value) ? `${field} ${historyValue(value[0])} -> ${historyValue(value[1])}` : `${field} ${historyValue(value)}`
+      return Array.isArray(value) ? `${field} ${historyValue(field, value[0])} -> ${historyValue(field, value[1])}` : `${field} ${historyValue(field, value)}`
     })
     rows.push([instantText(timestampMs(at)), name ?? '(every key)', action, by, described.join(', ')])
   }

@@ -83,7 +83,7 @@ const stores: Array<[string, () => Promise<Store>]> = [
       // As a replica reads them, in UTC (this session's TimeZone), to the second as the commands write them.
       keys: async () => {
         await db.query("SET TimeZone = 'UTC'")
-        const { rows } = await db.query<unknown[]>({ text: `${KEY_SELECT} ORDER BY name`, rowMode: 'array' })
+        const { rows } = await db.query<string[]>({ text: `${KEY_SELECT} ORDER BY name`, rowMode: 'array' })
         return rows.map((row) => keyOfRow(row).key)
       }
     }

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest'
-import { KEYS, bearer, build, captureLogs } from '../helper.js'
+import { KEYS, bearer, build, captureLogs, makeData } from '../helper.js'
 import { Redis } from 'ioredis'
 import { startRedis, type RedisServer } from '../redis.js'
 import { PATIENCE_MS } from '../patience.js'
@@ -275,6 +275,23 @@ describe('rate limits shared in Redis', () => {
       if (i < 5) expect(res.headers.get('x-ratelimit-remaining')).toBe(String(4 - i))
     }
     expect(statuses).toEqual([...Array(5).fill(200), ...Array(7).fill(429)])
+  })
+
+  it('gives a key of its own limit N a minute in total across three replicas, the other keys the setting\'s', async () => {
+    const data = makeData()
+    const limited = { ...data, keys: data.keys.map((key) => key.name === 'alpha-standard' ? { ...key, rate_limit_per_minute: 3 } : key) }
+    const replicas = [1, 2, 3].map(() => build({ data: limited, settings: { RATE_LIMIT_PER_MINUTE: 100, REDIS_URL: redis.url } }))
+    const urls = await Promise.all(replicas.map((app) => app.listen({ host: '127.0.0.1', port: 0 })))
+    const answers: Array<[number, string | null]> = []
+    for (let i = 0; i < 5; i++) {
+      const res = await fetch(`${urls[i % 3]}/v1/providers`, { headers: bearer(KEYS.alphaStandard) })
+      await res.arrayBuffer()
+      answers.push([res.status, res.headers.get('x-ratelimit-limit')])
+    }
+    expect(answers).toEqual([[200, '3'], [200, '3'], [200, '3'], [429, '3'], [429, '3']])
+    const other = await fetch(`${urls[0]}/v1/providers`, { headers: bearer(KEYS.betaManagement) })
+    await other.arrayBuffer()
+    expect([other.status, other.headers.get('x-ratelimit-limit')]).toEqual([200, '100'])
   })
 
   it('serves without limits while Redis is down (logged once, counted), and shares the count again when it returns', async () => {

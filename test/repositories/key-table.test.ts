@@ -37,6 +37,29 @@ describe('isApiKey', () => {
     ['an organization of 256 characters', { ...valid, organization_id: 'o'.repeat(256) }],
     ['an organization of 257 characters', { ...valid, organization_id: 'o'.repeat(257) }],
     ['a null organization', { ...valid, organization_id: null }],
+    ['an expiry', { ...valid, expires_at: '2026-12-31T23:59:59Z' }],
+    ['a null expiry', { ...valid, expires_at: null }],
+    ['an expiry without its time zone', { ...valid, expires_at: '2026-12-31T23:59:59' }],
+    ['a key disabled', { ...valid, disabled: true }],
+    ['a key not disabled', { ...valid, disabled: false }],
+    ['disabled as a string', { ...valid, disabled: 'true' }],
+    ['a null disabled', { ...valid, disabled: null }],
+    ['a limit of its own', { ...valid, rate_limit_per_minute: 3 }],
+    ['a null limit', { ...valid, rate_limit_per_minute: null }],
+    ['a limit of 0', { ...valid, rate_limit_per_minute: 0 }],
+    ['a limit of a billion', { ...valid, rate_limit_per_minute: 1_000_000_000 }],
+    ['a limit past a billion', { ...valid, rate_limit_per_minute: 1_000_000_001 }],
+    ['a limit that is no whole number', { ...valid, rate_limit_per_minute: 2.5 }],
+    ['a limit as a string', { ...valid, rate_limit_per_minute: '3' }],
+    ['a previous secret', { ...valid, previous: { sha256: sha256('before'), expires_at: '2026-12-31T23:59:59Z' } }],
+    ['a null previous secret', { ...valid, previous: null }],
+    ['a previous secret without its end', { ...valid, previous: { sha256: sha256('before') } }],
+    ['a previous secret whose end is null', { ...valid, previous: { sha256: sha256('before'), expires_at: null } }],
+    ['a previous secret in capitals', { ...valid, previous: { sha256: sha256('before').toUpperCase(), expires_at: '2026-12-31T23:59:59Z' } }],
+    ['a previous secret with a field more', { ...valid, previous: { sha256: sha256('before'), expires_at: '2026-12-31T23:59:59Z', name: 'x' } }],
+    ['a previous secret that is a string', { ...valid, previous: sha256('before') }],
+    ['every field', { ...valid, expires_at: '2026-12-31T23:59:59Z', disabled: true, rate_limit_per_minute: 3, previous: { sha256: sha256('before'), expires_at: '2026-12-31T23:59:59Z' } }],
+    ['every field but a required one', { name: 'k', sha256: valid.sha256, kind: 'standard', expires_at: null, disabled: true, rate_limit_per_minute: 3, previous: null }],
     ['a field more', { ...valid, owner: 'x' }],
     ['a field missing', withoutOrganization],
     ['an array', [valid.name, valid.sha256, valid.kind, valid.organization_id]],
@@ -56,7 +79,9 @@ describe('isApiKey', () => {
 
   it('tells valid keys from invalid ones (the cases above are not all of one verdict)', () => {
     expect(cases.filter(([, key]) => isApiKey(key)).map(([name]) => name))
-      .toEqual(['a valid key', 'a management key', 'a name of one character', 'a name of 256 characters', 'a name outside ASCII', 'an organization of 256 characters'])
+      .toEqual(['a valid key', 'a management key', 'a name of one character', 'a name of 256 characters', 'a name outside ASCII', 'an organization of 256 characters',
+        'an expiry', 'a null expiry', 'a key disabled', 'a key not disabled', 'a limit of its own', 'a null limit', 'a limit of a billion', 'a previous secret',
+        'a null previous secret', 'every field'])
   })
 })
 

@@ -177,7 +177,7 @@ async function inTransaction<T> (client: pg.ClientBase, work: () => Promise<T>):
 export async function updateKey (client: pg.ClientBase, name: string, change: (key: ApiKey, now: number) => ApiKey): Promise<{ before: ApiKey, after: ApiKey } | undefined> {
   await checkSchema(client)
   return await inTransaction(client, async () => {
-    const { rows } = await client.query<unknown[]>({ text: `${KEY_SELECT} WHERE name = $1 FOR UPDATE NOWAIT`, values: [name], rowMode: 'array' }).catch((error: { code?: string }) => {
+    const { rows } = await client.query<string[]>({ text: `${KEY_SELECT} WHERE name = $1 FOR UPDATE NOWAIT`, values: [name], rowMode: 'array' }).catch((error: { code?: string }) => {
       if (error.code === '55P03') throw new Error(`another command is changing key ${JSON.stringify(name)} in table keys; nothing was written: try again once it ends`)
       throw error
     })
@@ -232,6 +232,6 @@ export async function keyHistory (client: pg.ClientBase, name: string | undefine
 /** Every key as a list shows it: in the order of their names, never a hash (a previous secret's end only). */
 export async function listKeys (client: pg.ClientBase): Promise<ApiKey[]> {
   await checkSchema(client)
-  const { rows } = await client.query<unknown[]>({ text: `${KEY_SELECT} ORDER BY name COLLATE "C"`, rowMode: 'array' })
+  const { rows } = await client.query<string[]>({ text: `${KEY_SELECT} ORDER BY name COLLATE "C"`, rowMode: 'array' })
   return rows.map((row) => keyOfRow(row).key)
 }

@@ -265,23 +265,20 @@ const KEY_COLUMNS = boundedColumns(ApiKeySchema, ['name', 'sha256', 'kind', 'org
 /**
  * What a read of table keys selects, for keyOfRow: the bounded columns, the instants as RFC 3339 text
  * in UTC (the transaction's TimeZone), a previous hash cut past the 64 digits a valid one has, and
- * the first value past its bound.
+ * the first value past its bound. Every column as text: COPY's binary form is read as text alone.
  */
-export const KEY_SELECT = `SELECT ${KEY_COLUMNS.select}, to_json(expires_at) #>> '{}', disabled, rate_limit_per_minute,
+export const KEY_SELECT = `SELECT ${KEY_COLUMNS.select}, to_json(expires_at) #>> '{}', disabled::text, rate_limit_per_minute::text,
   left(previous_sha256, 65), to_json(previous_expires_at) #>> '{}', ${KEY_COLUMNS.over} FROM keys`
 
 /** An instant as PostgreSQL's to_json gives it in UTC, `+00:00` written `Z` as the files and the key table write it. */
 const utc = (text: string) => text.replace(/\+00:00$/, 'Z')
 
-/**
- * A row of KEY_SELECT as the key record a file holds, with only the fields it has; `over` names a value
- * left unread. Read by COPY (text: `t` for true) or by a query (a boolean, a number).
- */
-export function keyOfRow (row: ReadonlyArray<unknown>) {
-  const [name, sha256, kind, organization, expiresAt, disabled, limit, previousSha, previousEnd, over] = row as Array<string | null | undefined>
+/** A row of KEY_SELECT as the key record a file holds, with only the fields it has; `over` names a value left unread. */
+export function keyOfRow (row: ReadonlyArray<string | null | undefined>) {
+  const [name, sha256, kind, organization, expiresAt, disabled, limit, previousSha, previousEnd, over] = row
   const key: ApiKey = { name: name!, sha256: sha256!, kind: kind as ApiKey['kind'], organization_id: organization! }
   if (expiresAt != null) key.expires_at = utc(expiresAt)
-  if (disabled === 't' || (disabled as unknown) === true) key.disabled = true
+  if (disabled === 'true') key.disabled = true
   if (limit != null) key.rate_limit_per_minute = Number(limit)
   // Either without the other is refused by the key's schema (keys_previous_check refuses it first).
   if (previousSha != null || previousEnd != null) key.previous = { sha256: previousSha ?? '', expires_at: previousEnd == null ? '' : utc(previousEnd) }
