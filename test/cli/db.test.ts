@@ -89,8 +89,8 @@ describe('npm run db -- trim', () => {
   it('removes the entries of the keys\' history older than KEY_HISTORY_RETENTION_DAYS, and keeps the newer', async () => {
     await db(url, 'migrate')
     await query(`INSERT INTO keys SELECT 'k' || i, lpad(i::text, 64, '0'), 'standard', 'o' FROM generate_series(1, 3) AS i`)
-    // Aged by hand, past the trigger that stamps every entry with its transaction's time.
-    await query("ALTER TABLE key_history DISABLE TRIGGER key_history_stamp; UPDATE key_history SET at = now() - interval '8 days' WHERE name <> 'k3'; ALTER TABLE key_history ENABLE TRIGGER key_history_stamp")
+    // Aged by hand, past the trigger that refuses to change an entry.
+    await query("ALTER TABLE key_history DISABLE TRIGGER key_history_unchanged; UPDATE key_history SET at = now() - interval '8 days' WHERE name <> 'k3'; ALTER TABLE key_history ENABLE TRIGGER key_history_unchanged")
     const { stderr } = await run(process.execPath, ['dist/cli/db.js', 'trim'], { env: { PATH: process.env.PATH ?? '', DATABASE_URL: url, KEY_HISTORY_RETENTION_DAYS: '7' } })
     expect(stderr).toContain(`trimmed the keys' history of ${url}: 2 entries older than 7 days (KEY_HISTORY_RETENTION_DAYS) removed\n`)
     expect((await query('SELECT name, action FROM key_history')).rows).toEqual([{ name: 'k3', action: 'minted' }])
