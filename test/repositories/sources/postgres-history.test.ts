@@ -334,11 +334,24 @@ describe('a replica held to 40 % of a core, starting on a hot standby while its 
         await churner.query('VACUUM churn')
       }
     })()
+    // Awaited below; not an unhandled rejection meanwhile, when the test ends its client first.
+    churning.catch(() => {})
     let throttle: NodeJS.Timeout | undefined
     let throttled = true
     try {
       return await startServer({ DATABASE_URL: standby.url(new URL(url).pathname.slice(1)) }, {
         onSpawn (child) {
+          // Killed after the test from its spawn on, not from its start: a test that runs out of time
+          // while the replica starts goes no further, and would leave it running (or stopped, by the
+          // throttle below) once the worker ends, on a standby closed by then.
+          const exited = new Promise((resolve) => child.once('exit', resolve))
+          closing.push(async () => {
+            if (child.exitCode !== null || child.signalCode !== null) return
+            throttled = false
+            clearInterval(throttle)
+            child.kill('SIGKILL')
+            await exited
+          })
           throttle = setInterval(() => {
             child.kill('SIGCONT')
             setTimeout(() => { if (throttled) child.kill('SIGSTOP') }, 40)
@@ -349,7 +362,6 @@ describe('a replica held to 40 % of a core, starting on a hot standby while its 
         throttled = false
         clearInterval(throttle)
         replica.process.kill('SIGCONT')
-        closing.push(async () => { replica.process.kill('SIGKILL'); await replica.exited })
         return { started: true as const, replica }
       }, (error: Error) => ({ started: false as const, output: error.message }))
     } finally {
