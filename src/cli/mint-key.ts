@@ -533,6 +533,13 @@ async function mint (store: KeyStore, { name, kind, organization, expiry, rateLi
   process.stdout.write(`${secret}\n`)
 }
 
+/** The key with these fields changed; an optional field null or false is left out, as a record leaves it out. */
+function changedKey (key: ApiKey, changes: Partial<ApiKey>): ApiKey {
+  const merged: Record<string, unknown> = { ...key, ...changes }
+  for (const field of ['expires_at', 'disabled', 'rate_limit_per_minute', 'previous']) if (merged[field] == null || merged[field] === false) delete merged[field]
+  return merged as ApiKey
+}
+
 /** rotate, expire, disable, enable, limit: a change of one key, said on stderr (and the new secret of a rotation printed on stdout). */
 async function change (store: KeyStore, command: Exclude<Command, 'mint' | 'list' | 'history' | 'revoke' | 'prune'>, name: string,
   { expiry, graceMs, perMinute }: { expiry: Expiry | undefined, graceMs: number, perMinute: number | null | undefined }) {
@@ -540,18 +547,8 @@ async function change (store: KeyStore, command: Exclude<Command, 'mint' | 'list
   let changedAt = 0
   const changed = await store.update(name, (key, now) => {
     changedAt = now
-    const { expires_at: _expiry, rate_limit_per_minute: _limit, disabled: _disabled, previous: _previous, ...fields } = key
     const expiresAt = expiry === undefined ? undefined : expiryAt(expiry, now)
-    const next = (changes: { expires_at?: string | null | undefined, rate_limit_per_minute?: number | null | undefined, disabled?: boolean, previous?: ApiKey['previous'] }): ApiKey => {
-      const merged = { ...key, ...changes }
-      return {
-        ...fields,
-        ...merged.expires_at == null ? {} : { expires_at: merged.expires_at },
-        ...merged.disabled === true ? { disabled: true } : {},
-        ...merged.rate_limit_per_minute == null ? {} : { rate_limit_per_minute: merged.rate_limit_per_minute },
-        ...merged.previous == null ? {} : { previous: merged.previous }
-      }
-    }
+    const next = (changes: Partial<ApiKey>) => changedKey(key, changes)
     switch (command) {
       case 'expire': return next({ expires_at: expiresAt })
       case 'disable': return next({ disabled: true })
@@ -563,7 +560,7 @@ async function change (store: KeyStore, command: Exclude<Command, 'mint' | 'list
         const end = Math.min(until, wholeSecond(now + graceMs))
         // An expiry already past is dropped: a rotation gives the holder a key that works (the old secret stays ended).
         const keeps = expiresAt ?? (until <= now ? null : key.expires_at)
-        return { ...next({ expires_at: keeps, previous: { sha256: key.sha256, expires_at: timestampText(end) } }), sha256: hash('sha256', secret!) }
+        return next({ sha256: hash('sha256', secret!), expires_at: keeps, previous: { sha256: key.sha256, expires_at: timestampText(end) } })
       }
     }
   })
