@@ -9,7 +9,7 @@ COPY scripts/build.mjs scripts/bundle.mjs ./scripts/
 COPY src ./src
 RUN npm run build
 
-# Runtime stage: production dependencies, the compiled code and the bundled fixtures, nothing else.
+# Runtime stage: production dependencies, the compiled code, the bundled fixtures and the runbook, nothing else.
 # test/container.test.ts rebuilds this stage from these lines without Docker and runs it.
 FROM node:24-slim
 WORKDIR /app
@@ -17,6 +17,8 @@ COPY package.json package-lock.json ./
 RUN --mount=type=cache,target=/root/.npm npm ci --omit=dev --no-audit --no-fund
 COPY --from=build /app/dist ./dist
 COPY fixtures ./fixtures
+# The alerts' runbook, which the server serves at /runbook (the alerts link there).
+COPY docs/runbook.md ./docs/runbook.md
 # Files stay owned by root: the node user can read them, not change them.
 USER node
 ENV HOST=0.0.0.0 PORT=3000

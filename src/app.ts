@@ -21,6 +21,7 @@ import organizationRoutes from './routes/v1/organization.js'
 import openapiDocumentRoutes from './routes/v1/openapi.js'
 import { createSenders } from './routes/v1/send.js'
 import docsPage from './routes/docs.js'
+import runbookRoutes from './routes/runbook.js'
 import { compilersFactory } from './schema-compilers.js'
 import { SharedErrorResponses } from './schemas/common.js'
 
@@ -160,6 +161,7 @@ export function buildApp ({ snapshots, log, settings, clock = Date.now }: AppOpt
   // URLs for the auth hook to skip, so adding an operation can never make it public by accident.
   app.register(openapiDocumentRoutes, { prefix: '/v1' })
   app.register(docsPage)
+  app.register(runbookRoutes)
 
   return app
 }

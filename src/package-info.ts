@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises'
+import { fileURLToPath } from 'node:url'
 
 /**
  * The name and version of package.json, the one place they are written. Read from the file, beside
@@ -14,3 +15,6 @@ export function packageInfo () {
   })
   return info
 }
+
+/** The alerts' runbook, beside src/ and dist/ (and the bundled dist/main.js) as package.json is: the image holds it too. */
+export const RUNBOOK_FILE = fileURLToPath(new URL('../docs/runbook.md', import.meta.url))

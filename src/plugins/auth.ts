@@ -6,7 +6,6 @@ import type { ApiKey } from '../schemas/fixtures.js'
 import type { Snapshots } from '../repositories/lifecycle.js'
 import type { Snapshot } from '../repositories/snapshot.js'
 import { errorBody } from './errors.js'
-import { isPreviousSecret } from '../repositories/key-table.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -93,7 +92,7 @@ function authenticate (request: FastifyRequest, reply: FastifyReply, now: number
   // One comparison: a key stops at its instant on every replica, with no change to follow, each
   // replica judging it on the source's clock, whatever its own says.
   if (request.snapshot.expiryOf(found) <= now) {
-    if (isPreviousSecret(found)) return unauthorized(request, reply, new RotatedKey(), 'Bearer error="invalid_token", error_description="The key was rotated"', 'rotated key')
+    if (request.snapshot.isPreviousSecret(found)) return unauthorized(request, reply, new RotatedKey(), 'Bearer error="invalid_token", error_description="The key was rotated"', 'rotated key')
     return unauthorized(request, reply, new ExpiredKey(), 'Bearer error="invalid_token", error_description="The key has expired"', 'expired key')
   }
   // Reversible, unlike an expiry: the holder learns that it is this key, not a typo.

@@ -1,7 +1,7 @@
 import { hash } from 'node:crypto'
 import type { ApiKey } from '../schemas/fixtures.js'
 import { LayeredMap } from './layered-map.js'
-import { KeyTable, KeyTableBuilder, asPrevious, expiryOf, hashOfKey, sameKey } from './key-table.js'
+import { KeyTable, KeyTableBuilder, asPrevious, expiryOf, hashOfKey, isPreviousSecret, sameKey } from './key-table.js'
 import { createSlicer } from './slices.js'
 import { type Loaded, type Organization } from './records.js'
 import { KINDS, RECORD_KINDS, type RecordKind } from '../registry.js'
@@ -88,6 +88,11 @@ export class Snapshot {
   /** When a key this snapshot found expires (ms since the epoch): NaN never, -Infinity when its expiry is no time at all. */
   expiryOf (key: ApiKey): number {
     return expiryOf(key)
+  }
+
+  /** Whether this snapshot found the key by the secret it had before its last rotation. */
+  isPreviousSecret (key: ApiKey): boolean {
+    return isPreviousSecret(key)
   }
 
   /** A page of the organization's members, or undefined when the organization does not exist or is refused. */

@@ -8,6 +8,7 @@ const IndexSchema = Type.Object({
   version: Type.String(),
   operations: Type.Array(Type.Object({ id: Type.String(), method: Type.Literal('GET'), path: Type.String() })),
   docs: Type.String(),
+  runbook: Type.String(),
   openapi: Type.Array(Type.String()),
   metrics: Type.Optional(Type.String()),
   probes: Type.Object({ liveness: Type.String(), readiness: Type.String() })
@@ -30,6 +31,7 @@ const indexRoutes: FastifyPluginAsyncTypebox<{ metrics: boolean }> = async (app,
     ...await packageInfo(),
     operations: INDEXED_OPERATIONS,
     docs: '/docs',
+    runbook: '/runbook',
     openapi: ['/v1/openapi.json', '/v1/openapi.yaml'],
     // METRICS=false answers /metrics with a 404: then it is not named.
     ...(metrics ? { metrics: '/metrics' } : {}),

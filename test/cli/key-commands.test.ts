@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process'
 import { hash } from 'node:crypto'
-import { cp, mkdtemp, rm } from 'node:fs/promises'
+import { cp, mkdtemp, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -9,6 +9,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { loadFixtures } from '../../src/repositories/sources/files.js'
 import { replaceDirectory } from '../../src/repositories/sources/postgres-write.js'
 import { migrate } from '../../src/repositories/sources/postgres-schema.js'
+import type { ApiKey } from '../../src/schemas/fixtures.js'
 import { BUNDLED_MANAGEMENT_KEY, startServer, type RunningServer } from '../process.js'
 import { sharedPostgres } from '../postgres.js'
 import { PATIENCE_MS } from '../patience.js'
@@ -174,6 +175,28 @@ describe('the keys\' history in PostgreSQL', () => {
     expect(lines.find((line) => / acme-management +imported +postgres \(psql\) +kind management, organization_id org_2vQmAcme0001$/.test(line))).toBeDefined()
     expect(lines.at(-2)).toMatch(/^\S+Z +acme-standard +changed +postgres \(psql\) +kind standard -> management$/)
     expect(lines.at(-1)).toMatch(/^\S+Z +globex-standard +expiry set +postgres \(psql\) +expires_at never -> 2999-01-01T00:00:00Z, rate_limit_per_minute none -> 5$/)
+  })
+
+  it('exports a key disabled, limited and rotated as a folder holds it, and imports it back the same', async () => {
+    const store = await stores[1]![1]()
+    await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'every-state', '--rate-limit', '7', '--expires-in', '30d')
+    await key(store, 'rotate', '--name', 'every-state')
+    await key(store, 'disable', '--name', 'every-state')
+    const db = (...args: string[]) => run(process.execPath, ['dist/cli/db.js', ...args], { env: { PATH: process.env.PATH ?? '', ...store.env }, timeout: PATIENCE_MS })
+    const [first, second] = [await mkdtemp(join(tmpdir(), 'export-')), await mkdtemp(join(tmpdir(), 'export-'))]
+    try {
+      await db('export', '--data-dir', first)
+      const exported = (JSON.parse(await readFile(join(first, 'keys.json'), 'utf8')) as ApiKey[]).find((record) => record.name === 'every-state')
+      expect(exported).toEqual({
+        name: 'every-state', sha256: expect.stringMatching(/^[0-9a-f]{64}$/), kind: 'standard', organization_id: 'org_2vQmAcme0001',
+        expires_at: expect.stringMatching(/Z$/), disabled: true, rate_limit_per_minute: 7, previous: { sha256: expect.stringMatching(/^[0-9a-f]{64}$/), expires_at: expect.stringMatching(/Z$/) }
+      })
+      await db('import', '--data-dir', first)
+      await db('export', '--data-dir', second)
+      expect(await readFile(join(second, 'keys.json'), 'utf8')).toBe(await readFile(join(first, 'keys.json'), 'utf8'))
+    } finally {
+      await Promise.all([first, second].map((folder) => rm(folder, { recursive: true, force: true })))
+    }
   })
 
   it('refuses to change an entry, even to its owner', async () => {

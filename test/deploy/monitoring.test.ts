@@ -1,12 +1,16 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { promisify } from 'node:util'
 import { parse } from 'yaml'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { BUNDLED_MANAGEMENT_KEY, freePort, startServer, type RunningServer } from '../process.js'
+import { build } from '../helper.js'
+
+/** Where an alert links by default: the runbook the replicas of its namespace serve. */
+const DEFAULT_RUNBOOK_URL = 'http://model-gateway-directory.{{ $labels.namespace }}.svc/runbook'
 
 const run = promisify(execFile)
 const MONITORING = 'deploy/monitoring'
@@ -78,20 +82,40 @@ describe('the alert rules', () => {
     }
   })
 
-  it('cover what the issue lists, each with a summary, a description and a runbook entry that exists', async () => {
+  it('cover what the issue lists, each with a summary, a description and an absolute link to its entry of the runbook a replica serves', async () => {
     expect(rules.map((rule) => rule.alert)).toEqual([
       'DirectoryChangeRefused', 'DirectoryReplicasServeDifferentData', 'DirectorySourceUnreachable', 'DirectorySourceReadsFailing', 'DirectoryReplicaBehind', 'DirectoryDataUnconfirmed', 'DirectoryTransactionHeldOpen', 'DirectoryClockSkew',
       'DirectoryHighErrorRatio', 'DirectoryHighLatency', 'DirectoryRateLimitStoreErrors', 'DirectoryEventLoopLag', 'DirectoryMemoryNearLimit'
     ])
-    const runbook = await readFile('docs/runbook.md', 'utf8')
-    const anchors = new Set([...runbook.matchAll(/^#+ (.+)$/gm)].map(([, heading]) => heading!.toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/ /g, '-')))
+    // The page the link opens, as a replica serves it: each anchor an element's id.
+    const page = (await build().inject({ url: '/runbook' })).body
     for (const rule of rules) {
       expect(rule.annotations.summary, rule.alert).toBeTruthy()
       expect(rule.annotations.description, rule.alert).toBeTruthy()
       expect(['warning', 'critical'], rule.alert).toContain(rule.labels.severity)
-      const [file, anchor] = rule.annotations.runbook_url!.split('#')
-      expect(file, rule.alert).toBe('docs/runbook.md')
-      expect(anchors, rule.alert).toContain(anchor)
+      const [base, anchor] = rule.annotations.runbook_url!.split('#')
+      expect(base, rule.alert).toBe(DEFAULT_RUNBOOK_URL)
+      expect(page, rule.alert).toContain(` id="${anchor}"`)
+    }
+  })
+
+  it('link to the runbook-url setting of deploy/monitoring, each alert to its own anchor, and apply nothing else', async () => {
+    const built = async (dir: string) => parse((await run('kubectl', ['kustomize', dir])).stdout) as { kind: string, spec: unknown }
+    // The default: the PrometheusRule as committed.
+    expect(await built(MONITORING)).toStrictEqual(parse(await readFile(`${MONITORING}/prometheus-rule.yaml`, 'utf8')))
+    // Set, in a copy of the folder: every link follows it.
+    const dir = await mkdtemp(join(tmpdir(), 'monitoring-'))
+    try {
+      await cp(MONITORING, dir, { recursive: true })
+      const kustomization = await readFile(join(dir, 'kustomization.yaml'), 'utf8')
+      expect(kustomization).toContain(`runbook-url=${DEFAULT_RUNBOOK_URL}\n`)
+      await writeFile(join(dir, 'kustomization.yaml'), kustomization.replace(`runbook-url=${DEFAULT_RUNBOOK_URL}`, 'runbook-url=https://git.example.com/team/directory/-/blob/main/docs/runbook.md'))
+      const rule = await built(dir) as { kind: string, spec: { groups: Array<{ rules: Rule[] }> } }
+      expect(rule.kind).toBe('PrometheusRule')
+      expect(rule.spec.groups.flatMap((group) => group.rules).map((each) => each.annotations.runbook_url))
+        .toEqual(rules.map((each) => `https://git.example.com/team/directory/-/blob/main/docs/runbook.md#${each.annotations.runbook_url!.split('#')[1]}`))
+    } finally {
+      await rm(dir, { recursive: true, force: true })
     }
   })
 

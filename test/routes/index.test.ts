@@ -12,6 +12,7 @@ const INDEX = {
   // Every operation of the registry, under /v1 (that these are the OpenAPI document's is tested below).
   operations: OPERATIONS.map(({ operationId, path }) => ({ id: operationId, method: 'GET', path: `/v1${path}` })),
   docs: '/docs',
+  runbook: '/runbook',
   openapi: ['/v1/openapi.json', '/v1/openapi.yaml'],
   metrics: '/metrics',
   probes: { liveness: '/health', readiness: '/ready' }
