@@ -46,10 +46,11 @@ describe('the container image, rebuilt without Docker (test/image.ts)', () => {
     for (const stage of await built) expect(stage.image).toMatch(/^node:\d+-slim$/)
   })
 
-  it('holds the production dependencies, the compiled code and the bundled fixtures, nothing else', async () => {
+  it('holds the production dependencies, the compiled code, the bundled fixtures and the runbook, nothing else', async () => {
     const runtime = await runtimeStage()
     const app = hostPath(runtime, '.')
-    expect((await readdir(app)).sort()).toEqual(['dist', 'fixtures', 'node_modules', 'package-lock.json', 'package.json'])
+    expect((await readdir(app)).sort()).toEqual(['dist', 'docs', 'fixtures', 'node_modules', 'package-lock.json', 'package.json'])
+    expect(await readdir(join(app, 'docs'))).toEqual(['runbook.md'])
     expect(runtime.runs).toEqual([expect.stringMatching(/^npm ci --omit=dev( |$)/)])
     for (const name of Object.keys(packageJson.dependencies)) expect(existsSync(join(app, 'node_modules', name)), name).toBe(true)
     // A dev dependency that production code also needs (ajv, through fastify) is rightly there.
@@ -120,6 +121,8 @@ describe('the container image, rebuilt without Docker (test/image.ts)', () => {
       expect((await (await get('/v1/providers')).json()).data.length).toBeGreaterThan(20)
       expect((await (await get('/v1/endpoints/zdr')).json()).data.length).toBeGreaterThan(20)
       expect((await (await get('/v1/organization/members?limit=100')).json()).total_count).toBe(130)
+      // The runbook the alerts link to, from the image's own copy.
+      expect(await (await fetch(`${base}/runbook`)).text()).toContain('<h2 id="directorychangerefused">')
     } finally {
       server.kill('SIGTERM')
     }
