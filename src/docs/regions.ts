@@ -38,7 +38,7 @@ export function syntaxOf (path: string): Syntax {
 const lineBefore = (text: string, at: number) => text.slice(text.lastIndexOf('\n', at - 1) + 1, at)
 
 /** The regions of `text`, in order; `where` names the file in a message. */
-export function findRegions (text: string, syntax: Syntax, where: string): Region[] {
+function findRegions (text: string, syntax: Syntax, where: string): Region[] {
   const { start, end } = MARKERS[syntax]
   const regions: Region[] = []
   const starts = new RegExp(start.source, 'g')

@@ -6,9 +6,6 @@ import { quoteValue } from '../schemas/describe-error.js'
 /** Wake-ups within this time of the first are one read: a burst of statements, or a flood of NOTIFY, costs a read at most this often. */
 const WAKE_DELAY_MS = 5
 
-/** A failed read is tried again after 100 ms, then twice as long each time, up to this. */
-const MAX_BACKOFF_MS = 5000
-
 /** The source's clock is taken over this process's for keys' expiries only when they differ by this much or more. */
 const CLOCK_TRUSTED_MS = 100
 
@@ -88,10 +85,10 @@ function describe (change: Change): string {
 /**
  * The one owner of the data's lifecycle: the first list, the reads of what changed after it, their
  * retries, installing a batch or refusing a kind of it, the counts. One read at a time, each at one
- * position of the source, installed as one snapshot: every snapshot served is a state the source
- * had, and none is older than the one before. The order is the source's (PostgreSQL's transactions):
- * no lane, hold or timer decides it. A refused kind keeps its last good records while the others'
- * changes go in; a record refused alone (a bad row among good ones) is not served, on every replica
+ * position of the source, installed as one snapshot, none older than the one before: a state the
+ * source had, but for a kind refused whole, which keeps its last good records (of an earlier state)
+ * while the others' changes go in. The order is the source's (PostgreSQL's transactions): no lane,
+ * hold or timer decides it; a record refused alone (a bad row among good ones) is not served, on every replica
  * alike, whenever it started: a key "disabled" with a value its schema refuses answers 401 at once.
  * A change makes a new snapshot that shares everything it did not touch; the snapshot's indexes fold
  * their overlays into new bases off to the side (compaction).
@@ -175,7 +172,7 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
       failures++
       readFailures++
       if (wanted !== 'list') wanted = read
-      retry = backoff(failures, MAX_BACKOFF_MS)
+      retry = backoff(failures)
       log?.warn({ read: read === 'list' ? 'every kind' : 'the changes since the position served', position: label ?? position, problem: (error as Error).message }, 'reading a change failed; trying again')
     } finally {
       reading = false

@@ -76,7 +76,7 @@ export function describeErrors (errors: Iterable<ValueError>): string | undefine
 }
 
 /** One line a person can act on: where the value is, what it is, what was expected. */
-export function describeValueError (error: ValueError): string {
+function describeValueError (error: ValueError): string {
   // An enumeration lists its choices; a nullable field reports its non-null branch.
   if (error.type === ValueErrorType.Union) {
     const choices = (error.schema.anyOf as TSchema[]).map((branch) => branch.const)

@@ -16,9 +16,6 @@ import { MAX_FILE_BYTES } from '../json-file.js'
 import { CHANNEL, checkSchema, namingColumn } from './postgres-schema.js'
 import { copyRows } from './copy-rows.js'
 
-/** Reconnection waits 100 ms, then twice as long each time, up to this. */
-const MAX_BACKOFF_MS = 5000
-
 /**
  * The listening connection is asked for a round trip this often, and given as long to answer: a
  * connection the network froze without closing it (a NAT or load balancer that dropped the flow) is
@@ -141,7 +138,7 @@ export async function connectPostgres (url: string, timeoutMs: number, { applica
       if (!isTransient(error) || left <= 0) {
         throw new Error(`cannot connect to PostgreSQL at ${locationOf(url)}${isTransient(error) ? ` within ${timeoutMs} ms` : ''}: ${describe(error)}`)
       }
-      const wait = Math.min(backoff(attempt, MAX_BACKOFF_MS), left)
+      const wait = Math.min(backoff(attempt), left)
       onRetry?.(`cannot connect to PostgreSQL at ${locationOf(url)} (try ${attempt + 1}: ${describe(error)}); trying again in ${Math.round(wait)} ms, for ${Math.max(0, Math.round(left - wait))} ms more (DATABASE_CONNECT_TIMEOUT_MS)`)
       await sleep(wait)
     }
@@ -664,7 +661,7 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
 
   async function reconnect () {
     for (let attempt = 0; !closed && listening === undefined && pollOnly === undefined; attempt++) {
-      await sleep(backoff(attempt, MAX_BACKOFF_MS))
+      await sleep(backoff(attempt))
       if (closed) return
       try {
         const [next, reason] = await listen(0)
