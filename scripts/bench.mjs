@@ -30,6 +30,7 @@ import { parseArgs, promisify } from 'node:util'
 import { benchPostgres, serverArgs } from './bench-postgres.mjs'
 import { benchKeyTable } from './bench-key-table.mjs'
 import { benchStructures } from './bench-structures.mjs'
+import { benchCommands } from './bench-commands.mjs'
 import { benchRecords } from './bench-records.mjs'
 import { benchScale, checkScaleSettings, scaleSettings } from './bench-scale.mjs'
 
@@ -662,6 +663,16 @@ async function main () {
   console.error('Data structures against the simple ones, at 1,000,000 keys...')
   print()
   for (const line of await benchStructures()) print(line)
+
+  console.error('Commands: npm run key against what it runs, unbundled and bundled...')
+  {
+    const { results: commands, lines: commandLines } = await benchCommands({ root: ROOT, work, pin: (command, args) => pinned(SERVER_CORE, command, args) })
+    print()
+    for (const line of commandLines) print(line)
+    // Issue 48: a script that mints many keys needs well under a second a command.
+    const slowest = Math.max(...commands.filter((c) => c.npm).map((c) => c.medianMs))
+    target('a key command through npm (npm run key: list, mint), median', '< 500 ms', ms(slowest), slowest < 500)
+  }
 
   console.error('PostgreSQL: revocation on three replicas, reload of 1,000,000 members...')
   pinSelf(`0-${cpus().length - 1}`)

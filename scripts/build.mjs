@@ -1,4 +1,4 @@
-// `npm run build`: tsc, then the server's bundle (bundle.mjs). With --if-stale, only when something
+// `npm run build`: tsc, then the bundles of the server and the commands (bundle.mjs). With --if-stale, only when something
 // the build reads changed since the last build that succeeded: npm start, the commands (npm run key,
 // check, db, docs) and the tests' set-up then start at once when nothing changed, and still never
 // run code older than the sources. Comparing modification times answers sooner than tsc's incremental
@@ -9,7 +9,8 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 
-const HELP = `Compiles src/ to dist/ (tsc), then bundles the server into dist/main.js (scripts/bundle.mjs).
+const HELP = `Compiles src/ to dist/ (tsc), then bundles the server into dist/main.js and each command into its
+file of dist/cli/ (scripts/bundle.mjs).
 
 usage: npm run build
        node scripts/build.mjs --if-stale   (what npm start, npm run key, check, db, docs and bench run first)

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process'
 import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { join, resolve } from 'node:path'
 import { promisify } from 'node:util'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { writeManyKeys } from '../helper.js'
@@ -27,6 +27,11 @@ describe('npm run check', () => {
     const { code, stdout } = await check('--data-dir', dir)
     expect(code).toBe(0)
     expect(stdout).toBe(`${dir}: valid: ${describeCounts(countRecords(await loadFixtures('fixtures')))}\n`)
+  })
+
+  it('checks the bundled fixtures when given no folder, found from the bundled command as from tsc\'s output', async () => {
+    const { stdout } = await run(process.execPath, ['dist/cli/check.js'], { env: { PATH: process.env.PATH ?? '' }, timeout: PATIENCE_MS })
+    expect(stdout).toBe(`${resolve('fixtures')}: valid: ${describeCounts(countRecords(await loadFixtures('fixtures')))}\n`)
   })
 
   it("takes the folder by its option's former name, --fixtures-dir, and refuses both naming different folders", async () => {
