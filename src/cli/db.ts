@@ -28,7 +28,8 @@ const FILES = Object.values(FIXTURE_FILES).join(', ')
 
 const COMMAND_HELP = new Map([
   ['migrate', `Creates the schema, or applies the migrations it lacks, in one transaction. Safe when several
-replicas or Jobs run it at once: the first applies, the others find nothing to do.
+replicas or Jobs run it at once: the first applies, the others find nothing to do. Refuses, applying
+nothing, when a migration applied before has been edited since (its sha256 is recorded).
 
 usage: npm run db -- migrate
 `],
