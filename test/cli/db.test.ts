@@ -8,7 +8,8 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../../src/config.js'
 import { FIXTURE_FILES } from '../../src/repositories/sources/files.js'
 import { countRecords, describeCounts, type DirectoryData } from '../../src/repositories/records.js'
-import { SCHEMA_VERSION, migrate } from '../../src/repositories/sources/postgres-schema.js'
+import { KINDS } from '../../src/registry.js'
+import { SCHEMA_VERSION, listTableSql, migrate } from '../../src/repositories/sources/postgres-schema.js'
 import { makeData, makeMembers, makeProvider, sha256 } from '../helper.js'
 import { MAX_FILE_BYTES } from '../../src/repositories/json-file.js'
 import { JsonChecker } from '../../src/repositories/json-syntax.js'
@@ -97,6 +98,17 @@ async function copyBuild (dir: string) {
   await Promise.all([cp('dist', join(dir, 'dist'), { recursive: true }), cp('migrations', join(dir, 'migrations'), { recursive: true }),
     cp('package.json', join(dir, 'package.json')), symlink(resolve('node_modules'), join(dir, 'node_modules'))])
 }
+
+describe('npm run db -- new-migration', () => {
+  it('writes the next migration: the table of the kind, as its registry entry makes it; no database needed', async () => {
+    await copyBuild(dir)
+    const { stderr } = await run(process.execPath, [join(dir, 'dist/cli/db.js'), 'new-migration', '--kind', 'providers'], { env: { PATH: process.env.PATH ?? '' } })
+    const file = join(dir, 'migrations', `${String(SCHEMA_VERSION + 1).padStart(4, '0')}-providers-table.sql`)
+    expect(stderr).toBe(`wrote ${file}, which makes the table of kind providers; ` +
+      'write schema.sql again with npx vitest run test/repositories/sources/postgres-migrations.test.ts --update\n')
+    expect(await readFile(file, 'utf8')).toBe(listTableSql(KINDS.providers))
+  })
+})
 
 describe('npm run db -- trim', () => {
   it('removes the change log\'s entries older than --older-than, says how many, and keeps the newer', async () => {
