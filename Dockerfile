@@ -16,6 +16,8 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN --mount=type=cache,target=/root/.npm npm ci --omit=dev --no-audit --no-fund
 COPY --from=build /app/dist ./dist
+# The migrations, which npm run db -- migrate applies (the migration Job) and whose number a replica needs.
+COPY migrations ./migrations
 COPY fixtures ./fixtures
 # The alerts' runbook, which the server serves at /runbook (the alerts link there).
 COPY docs/runbook.md ./docs/runbook.md

@@ -4,9 +4,11 @@ import { existsSync } from 'node:fs'
 import { chmod, copyFile, mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { promisify } from 'node:util'
 import { validate } from 'dockerfile-utils'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildImage, hostPath, type Stage } from './image.js'
+import { sharedPostgres } from './postgres.js'
 import { BUNDLED_MANAGEMENT_KEY, freePort } from './process.js'
 
 // A management key from the README; the bundled keys.json holds its hash.
@@ -23,6 +25,8 @@ describe('the Dockerfile', () => {
 const seconds = (duration: string | undefined) => Number(/^(\d+)s$/.exec(duration ?? '')?.[1] ?? Number.NaN)
 
 describe('the container image, rebuilt without Docker (test/image.ts)', () => {
+  const postgres = sharedPostgres()
+  afterAll(() => postgres.close())
   let workspace: string
   let built: Promise<Stage[]>
   const runtimeStage = async () => (await built).at(-1)!
@@ -46,11 +50,12 @@ describe('the container image, rebuilt without Docker (test/image.ts)', () => {
     for (const stage of await built) expect(stage.image).toMatch(/^node:\d+-slim$/)
   })
 
-  it('holds the production dependencies, the compiled code, the bundled fixtures and the runbook, nothing else', async () => {
+  it('holds the production dependencies, the compiled code, the migrations, the bundled fixtures and the runbook, nothing else', async () => {
     const runtime = await runtimeStage()
     const app = hostPath(runtime, '.')
-    expect((await readdir(app)).sort()).toEqual(['dist', 'docs', 'fixtures', 'node_modules', 'package-lock.json', 'package.json'])
+    expect((await readdir(app)).sort()).toEqual(['dist', 'docs', 'fixtures', 'migrations', 'node_modules', 'package-lock.json', 'package.json'])
     expect(await readdir(join(app, 'docs'))).toEqual(['runbook.md'])
+    expect((await readdir(join(app, 'migrations'))).sort()).toEqual((await readdir('migrations')).sort())
     expect(runtime.runs).toEqual([expect.stringMatching(/^npm ci --omit=dev( |$)/)])
     for (const name of Object.keys(packageJson.dependencies)) expect(existsSync(join(app, 'node_modules', name)), name).toBe(true)
     // A dev dependency that production code also needs (ajv, through fastify) is rightly there.
@@ -62,6 +67,13 @@ describe('the container image, rebuilt without Docker (test/image.ts)', () => {
     const compiled = await readdir(join(app, 'dist'), { recursive: true })
     expect(compiled).toContain('server.js')
     expect(compiled.filter((file) => file.endsWith('.ts'))).toEqual([])
+  })
+
+  it('migrates a database with the migrations it holds, as the Kubernetes Job runs it', async () => {
+    const runtime = await runtimeStage()
+    const url = await postgres.createDatabase()
+    const { stderr } = await promisify(execFile)(process.execPath, ['dist/cli/db.js', 'migrate'], { cwd: hostPath(runtime, '.'), env: { PATH: process.env.PATH ?? '', DATABASE_URL: url } })
+    expect(stderr).toBe(`migrated ${url}: applied version ${(await readdir('migrations')).map((_, i) => i + 1).join(', ')}\n`)
   })
 
   it('runs as the node user, on all interfaces, on the port it exposes', async () => {

@@ -45,14 +45,14 @@ const { countRecords, describeCounts } = await import('../src/repositories/recor
 const { createLifecycle } = await import('../src/repositories/lifecycle.js')
 const { createFileSource, loadFixtures } = await import('../src/repositories/sources/files.js')
 const { createPostgresSource } = await import('../src/repositories/sources/postgres.js')
-const { SCHEMA_VERSION, migrate } = await import('../src/repositories/sources/postgres-schema.js')
+const { SCHEMA_VERSION, listTableSql, migrate } = await import('../src/repositories/sources/postgres-schema.js')
 const { replaceDirectory } = await import('../src/repositories/sources/postgres-write.js')
 const { exportDirectory } = await import('../src/repositories/sources/postgres-export.js')
 const { readRecordBatches } = await import('../src/repositories/sources/file-stream.js')
 const { bearer, build, copyWhatDocsRead, KEYS, makeData, watchLifecycle } = await import('./helper.js')
 const { takeConformanceFailures } = await import('./conformance.js')
 const { generateDocs } = await import('../src/docs/generate.js')
-const { listTableSql, sharedPostgres } = await import('./postgres.js')
+const { sharedPostgres } = await import('./postgres.js')
 
 // What test/setup.ts does for the modules it loaded: the answers of the app built here match its OpenAPI document.
 afterEach(() => { expect(takeConformanceFailures()).toEqual([]) })

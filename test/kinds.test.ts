@@ -1,8 +1,11 @@
 import { describe, expect, it } from 'vitest'
 import { KINDS, LIST_KINDS } from '../src/registry.js'
-import { LIST_TABLE_OWN_COLUMNS, listTableSql } from './postgres.js'
+import { LIST_COLUMNS, listTableSql } from '../src/repositories/sources/postgres-schema.js'
 
 // What the registry of kinds (src/kinds.ts) may hold, beyond what its types say.
+
+/** The columns of a list kind's table that are its own whatever its kind: no unique field may be named like them (`id` may: it is then the row's identity). */
+const LIST_TABLE_OWN_COLUMNS = LIST_COLUMNS.filter((column) => column !== 'id')
 
 describe('the registry of kinds', () => {
   it('names no unique field of a list kind like a column its table has of its own (position, document, document_bytes)', () => {

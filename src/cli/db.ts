@@ -3,14 +3,14 @@ import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { loadConfig } from '../config.js'
 import { describeCounts } from '../repositories/records.js'
-import { RECORD_KINDS, type RecordKind } from '../registry.js'
+import { KINDS, LIST_KINDS, RECORD_KINDS, type ListKind, type RecordKind } from '../registry.js'
 import { FIXTURE_FILES } from '../repositories/sources/files.js'
 import { readRecordBatches } from '../repositories/sources/file-stream.js'
 import { JsonArrayWriter, MAX_ELEMENT_BYTES } from '../repositories/json-array-file.js'
 import { MAX_FILE_BYTES } from '../repositories/json-file.js'
 import { connectPostgres, locationOf } from '../repositories/sources/postgres.js'
 import { exportDirectory } from '../repositories/sources/postgres-export.js'
-import { RETENTION_MS, migrate, trimChanges, trimKeyHistory } from '../repositories/sources/postgres-schema.js'
+import { RETENTION_MS, listTableSql, migrate, trimChanges, trimKeyHistory, writeMigration } from '../repositories/sources/postgres-schema.js'
 import { formatDuration, parseDuration } from './duration.js'
 import { replaceDirectory, type DirectoryBatches } from '../repositories/sources/postgres-write.js'
 import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine, refuseCommandLine, refuseUnknownCommand } from './command-line.js'
@@ -18,7 +18,7 @@ import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine, refuseCommandLine, refuse
 /** The exit code of an export that wrote its files without the rows a replica refuses (named on stderr). */
 const EXIT_REFUSED = 3
 
-const USAGE = 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --data-dir <dir> | export --data-dir <dir>'
+const USAGE = 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --data-dir <dir> | export --data-dir <dir> | new-migration --kind <kind>'
 
 const DATABASE = `DATABASE_URL names the database (postgresql://user:password@host:port/database);
 DATABASE_CONNECT_TIMEOUT_MS bounds how long one that does not answer is tried again.
@@ -28,7 +28,8 @@ const FILES = Object.values(FIXTURE_FILES).join(', ')
 
 const COMMAND_HELP = new Map([
   ['migrate', `Creates the schema, or applies the migrations it lacks, in one transaction. Safe when several
-replicas or Jobs run it at once: the first applies, the others find nothing to do.
+replicas or Jobs run it at once: the first applies, the others find nothing to do. Refuses, applying
+nothing, when a migration applied before has been edited since (its sha256 is recorded).
 
 usage: npm run db -- migrate
 `],
@@ -60,6 +61,13 @@ once the files are written (1 when they could not be: the folder is then left as
 usage: npm run db -- export --data-dir <dir>
 
   --data-dir <dir>      the folder (created when missing) where ${FILES} are written
+`],
+  ['new-migration', `Writes the migration that makes a new list kind's table, from its entry in the registry
+(src/kinds.ts), as the next file of migrations/. Needs no database.
+
+usage: npm run db -- new-migration --kind <kind>
+
+  --kind <kind>  the kind's name in the registry, a kind served as a list
 `]
 ])
 
@@ -69,29 +77,41 @@ usage: npm run db -- migrate
        npm run db -- trim [--older-than <duration>]
        npm run db -- import --data-dir <dir>
        npm run db -- export --data-dir <dir>
+       npm run db -- new-migration --kind <kind>
 
-  migrate     creates or upgrades the schema
-  trim        removes the change log's old entries
-  import      validates a folder's files, then replaces all the data with them
-  export      writes the data out as a folder's files
-  -h, --help  prints this help; npm run db -- <command> --help, that of a command
+  migrate        creates or upgrades the schema
+  trim           removes the change log's old entries
+  import         validates a folder's files, then replaces all the data with them
+  export         writes the data out as a folder's files
+  new-migration  writes the migration of a new list kind's table
+  -h, --help     prints this help; npm run db -- <command> --help, that of a command
 
 ${DATABASE}`
 
 async function main () {
-  const { positionals, values } = readCommandLine('db', { ...DATA_DIR_OPTIONS, 'older-than': { type: 'string' } }, true)
+  const { positionals, values } = readCommandLine('db', { ...DATA_DIR_OPTIONS, 'older-than': { type: 'string' }, kind: { type: 'string' } }, true)
   const [command, ...rest] = positionals
   const commandHelp = COMMAND_HELP.get(command ?? '')
   if (values.help) {
     process.stdout.write(commandHelp ? `${commandHelp}\n${DATABASE}` : HELP)
     return
   }
-  if (command !== undefined && !commandHelp) refuseUnknownCommand('db', command, 'migrate, trim, import or export')
+  if (command !== undefined && !commandHelp) refuseUnknownCommand('db', command, 'migrate, trim, import, export or new-migration')
   const dir = dataDirOf('db', values)
   const needsDir = command === 'import' || command === 'export'
-  if (rest.length > 0 || (needsDir ? !dir : dir !== undefined) || (command !== 'trim' && values['older-than'] !== undefined) || !commandHelp) refuseCommandLine('db', USAGE)
+  if (rest.length > 0 || (needsDir ? !dir : dir !== undefined) || (command !== 'trim' && values['older-than'] !== undefined) ||
+    (command === 'new-migration') !== (values.kind !== undefined) || !commandHelp) refuseCommandLine('db', USAGE)
   const olderThan = values['older-than'] === undefined ? RETENTION_MS : parseDuration(values['older-than'])
   if (olderThan === undefined) refuseCommandLine('db', `--older-than ${JSON.stringify(values['older-than'])} is not a duration such as 30s, 15m, 12h or 7d`)
+
+  if (command === 'new-migration') {
+    const kind = values.kind as ListKind
+    if (!LIST_KINDS.includes(kind)) refuseCommandLine('db', `--kind ${JSON.stringify(kind)} is not a list kind of the registry (${LIST_KINDS.join(', ')})`)
+    const path = await writeMigration(`${KINDS[kind].table}-table`, listTableSql(KINDS[kind]))
+    process.stderr.write(`wrote ${path}, which makes the table of kind ${kind}; write schema.sql again with ` +
+      'npx vitest run test/repositories/sources/postgres-migrations.test.ts --update\n')
+    return
+  }
 
   const config = loadConfig()
   const url = config.DATABASE_URL

@@ -31,7 +31,8 @@ describe('--help', () => {
   it.each([
     ['migrate', 'usage: npm run db -- migrate\n'],
     ['import', 'usage: npm run db -- import --data-dir <dir>\n'],
-    ['export', 'usage: npm run db -- export --data-dir <dir>\n']
+    ['export', 'usage: npm run db -- export --data-dir <dir>\n'],
+    ['new-migration', 'usage: npm run db -- new-migration --kind <kind>\n']
   ])('npm run db -- %s --help prints the usage of that command, and touches no database', async (subcommand, usage) => {
     const { code, stdout, stderr } = await command('db.js', subcommand, '--help')
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' })
@@ -62,7 +63,7 @@ describe('a command line a command does not understand', () => {
 
   it.each([
     ['key', 'mint-key.js', "unknown command 'frob' (rotate, expire, disable, enable, limit, revoke, prune, history, list; a key is minted without one)"],
-    ['db', 'db.js', "unknown command 'frob' (migrate, trim, import or export)"],
+    ['db', 'db.js', "unknown command 'frob' (migrate, trim, import, export or new-migration)"],
     // They take no command: a word is an argument they do not take.
     ['check', 'check.js', "unexpected argument 'frob'"],
     ['docs', 'write-docs.js', "unexpected argument 'frob'"]
@@ -75,10 +76,11 @@ describe('a command line a command does not understand', () => {
     ['check.js', ['--data-dir'], "option '--data-dir <value>' argument missing; see npm run check -- --help\n"],
     ['check.js', ['fixtures'], "unexpected argument 'fixtures'; see npm run check -- --help\n"],
     ['write-docs.js', ['now'], "unexpected argument 'now'; see npm run docs -- --help\n"],
-    ['db.js', [], 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --data-dir <dir> | export --data-dir <dir>; see npm run db -- --help\n'],
-    ['db.js', ['dump', '--data-dir', 'x'], "unknown command 'dump' (migrate, trim, import or export); see npm run db -- --help\n"],
+    ['db.js', [], 'usage: npm run db -- migrate | trim [--older-than <duration>] | import --data-dir <dir> | export --data-dir <dir> | new-migration --kind <kind>; see npm run db -- --help\n'],
+    ['db.js', ['dump', '--data-dir', 'x'], "unknown command 'dump' (migrate, trim, import, export or new-migration); see npm run db -- --help\n"],
     ['mint-key.js', ['mint', '--kind', 'standard', '--org', 'o', '--name', 'x'], "unknown command 'mint' (rotate, expire, disable, enable, limit, revoke, prune, history, list; a key is minted without one); see npm run key -- --help\n"],
-    ['db.js', ['fr\nob'], "unknown command 'fr\\nob' (migrate, trim, import or export); see npm run db -- --help\n"],
+    ['db.js', ['new-migration', '--kind', 'keys'], '--kind "keys" is not a list kind of the registry (providers, endpoints); see npm run db -- --help\n'],
+    ['db.js', ['fr\nob'], "unknown command 'fr\\nob' (migrate, trim, import, export or new-migration); see npm run db -- --help\n"],
     ['mint-key.js', ['-x'], "unknown option '-x'; see npm run key -- --help\n"]
   ])('%s %j: one line saying what is wrong, exit 2', async (file, args, line) => {
     const { code, stdout, stderr } = await command(file, ...args)

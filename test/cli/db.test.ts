@@ -1,14 +1,15 @@
 import { execFile } from 'node:child_process'
-import { mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises'
+import { cp, mkdtemp, readFile, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { join, resolve } from 'node:path'
 import { promisify } from 'node:util'
 import pg from 'pg'
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../../src/config.js'
 import { FIXTURE_FILES } from '../../src/repositories/sources/files.js'
 import { countRecords, describeCounts, type DirectoryData } from '../../src/repositories/records.js'
-import { SCHEMA_VERSION } from '../../src/repositories/sources/postgres-schema.js'
+import { KINDS } from '../../src/registry.js'
+import { SCHEMA_VERSION, listTableSql, migrate } from '../../src/repositories/sources/postgres-schema.js'
 import { makeData, makeMembers, makeProvider, sha256 } from '../helper.js'
 import { MAX_FILE_BYTES } from '../../src/repositories/json-file.js'
 import { JsonChecker } from '../../src/repositories/json-syntax.js'
@@ -68,6 +69,44 @@ describe('npm run db -- migrate', () => {
     const results = await Promise.all(Array.from({ length: 4 }, () => db(url, 'migrate')))
     expect(results.filter(({ stderr }) => stderr.includes(`applied version ${VERSIONS.join(', ')}`))).toHaveLength(1)
     expect(results.filter(({ stderr }) => stderr.includes('is up to date'))).toHaveLength(3)
+  })
+
+  it('refuses in one line, applying nothing, a migration whose file was edited after it was applied', async () => {
+    const client = new pg.Client({ connectionString: url })
+    await client.connect()
+    try {
+      await migrate(client, 7)
+    } finally {
+      await client.end()
+    }
+    await copyBuild(dir)
+    const [edited] = (await readdir(join(dir, 'migrations'))).filter((file) => file.startsWith('0007-'))
+    await writeFile(join(dir, 'migrations', edited!), '-- A comment added after it shipped.\n', { flag: 'a' })
+    const error = await run(process.execPath, [join(dir, 'dist/cli/db.js'), 'migrate'], { env: { PATH: process.env.PATH ?? '', DATABASE_URL: url } })
+      .catch((failure: { code: number, stderr: string }) => failure)
+    const line = `migration ${edited!.slice(0, -4)} was edited after it was applied: its file's sha256 is ` +
+      `${sha256(await readFile(join(dir, 'migrations', edited!), 'utf8')).slice(0, 12)}…, the database applied ${sha256(await readFile(join('migrations', edited!), 'utf8')).slice(0, 12)}…; ` +
+      'restore it, add a new migration instead'
+    expect(error).toMatchObject({ code: 1, stderr: `${line}\n` })
+    expect((await query('SELECT max(version) AS version FROM schema_migrations')).rows).toEqual([{ version: 7 }])
+    expect((await readFile('docs/postgresql.md', 'utf8')).replace(/\s+/g, ' ').includes(line), `docs/postgresql.md should quote: ${line}`).toBe(true)
+  })
+})
+
+/** A copy of the build and of migrations/ in `dir`: its commands read and write the copy's migrations, not this checkout's. */
+async function copyBuild (dir: string) {
+  await Promise.all([cp('dist', join(dir, 'dist'), { recursive: true }), cp('migrations', join(dir, 'migrations'), { recursive: true }),
+    cp('package.json', join(dir, 'package.json')), symlink(resolve('node_modules'), join(dir, 'node_modules'))])
+}
+
+describe('npm run db -- new-migration', () => {
+  it('writes the next migration: the table of the kind, as its registry entry makes it; no database needed', async () => {
+    await copyBuild(dir)
+    const { stderr } = await run(process.execPath, [join(dir, 'dist/cli/db.js'), 'new-migration', '--kind', 'providers'], { env: { PATH: process.env.PATH ?? '' } })
+    const file = join(dir, 'migrations', `${String(SCHEMA_VERSION + 1).padStart(4, '0')}-providers-table.sql`)
+    expect(stderr).toBe(`wrote ${file}, which makes the table of kind providers; ` +
+      'write schema.sql again with npx vitest run test/repositories/sources/postgres-migrations.test.ts --update\n')
+    expect(await readFile(file, 'utf8')).toBe(listTableSql(KINDS.providers))
   })
 })
 

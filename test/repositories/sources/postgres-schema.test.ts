@@ -1,8 +1,8 @@
 import pg from 'pg'
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { KINDS, LIST_KINDS } from '../../../src/registry.js'
-import { checkSchema } from '../../../src/repositories/sources/postgres-schema.js'
-import { listTableSql, sharedPostgres } from '../../postgres.js'
+import { checkSchema, listTableSql } from '../../../src/repositories/sources/postgres-schema.js'
+import { sharedPostgres } from '../../postgres.js'
 
 // The migrations are frozen SQL: what a new list kind's migration holds is made by listTableSql, and
 // the tables the shipped migrations made are what it makes, so the two cannot drift apart.
