@@ -173,6 +173,18 @@ CREATE FUNCTION public.key_history_fields(key jsonb) RETURNS jsonb
   SELECT key - 'name' - 'sha256' - 'previous_sha256'
 $$;
 
+CREATE FUNCTION public.key_history_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  IF current_user::regrole <> (SELECT relowner FROM pg_class WHERE oid = TG_RELID)::regrole THEN
+    RAISE EXCEPTION 'the entries of key_history are written by the database alone (the trigger on keys), and removed by npm run db -- trim'
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION public.key_history_record() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO '$user', 'public'
@@ -191,11 +203,10 @@ BEGIN
     INSERT INTO key_history (name, action)
       SELECT name, CASE reason WHEN 'prune' THEN 'pruned' WHEN 'import' THEN 'removed by import' ELSE 'revoked' END FROM old_rows;
   ELSIF TG_OP = 'UPDATE' THEN
-    -- Paired by name: a row renamed shows as its old name and its new one.
+    -- Paired by name, which an UPDATE cannot change (keys_name_fixed).
     INSERT INTO key_history (name, action, changes)
-      SELECT coalesce(after.name, before.name),
+      SELECT after.name,
         CASE
-          WHEN after.name IS NULL OR before.name IS NULL THEN 'renamed'
           WHEN reason = 'prune' THEN 'pruned'
           WHEN before.sha256 IS DISTINCT FROM after.sha256 THEN 'rotated'
           WHEN before.disabled IS DISTINCT FROM after.disabled THEN CASE WHEN after.disabled THEN 'disabled' ELSE 'enabled' END
@@ -203,9 +214,8 @@ BEGIN
           WHEN before.rate_limit_per_minute IS DISTINCT FROM after.rate_limit_per_minute THEN 'limit set'
           ELSE 'changed'
         END,
-        CASE WHEN after.name IS NULL OR before.name IS NULL THEN jsonb_build_object('name', jsonb_build_array(before.name, after.name))
-          ELSE key_history_changes(to_jsonb(before), to_jsonb(after)) END
-      FROM old_rows AS before FULL JOIN new_rows AS after ON before.name = after.name
+        key_history_changes(to_jsonb(before), to_jsonb(after))
+      FROM old_rows AS before JOIN new_rows AS after ON before.name = after.name
       -- An UPDATE that sets what was there changes nothing.
       WHERE before IS DISTINCT FROM after;
   ELSE
@@ -215,11 +225,27 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.key_history_trim(older_than interval) RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO '$user', 'public'
+    AS $$
+  WITH gone AS (DELETE FROM key_history WHERE at < now() - older_than RETURNING 1) SELECT count(*) FROM gone
+$$;
+
 CREATE FUNCTION public.key_history_unchanged() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
   RAISE EXCEPTION 'the entries of key_history are never changed' USING ERRCODE = 'insufficient_privilege';
+END
+$$;
+
+CREATE FUNCTION public.keys_name_fixed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  RAISE EXCEPTION 'key % cannot be renamed to %: a key keeps its name; mint a key of the new name and revoke this one', quote_literal(OLD.name), quote_literal(NEW.name)
+    USING ERRCODE = 'check_violation', TABLE = 'keys';
 END
 $$;
 
@@ -400,6 +426,8 @@ CREATE TRIGGER endpoints_columns BEFORE INSERT OR UPDATE ON public.endpoints FOR
 
 CREATE TRIGGER endpoints_notify AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.endpoints FOR EACH STATEMENT EXECUTE FUNCTION public.directory_notify_table();
 
+CREATE TRIGGER key_history_guard BEFORE INSERT OR DELETE OR TRUNCATE ON public.key_history FOR EACH STATEMENT EXECUTE FUNCTION public.key_history_guard();
+
 CREATE TRIGGER key_history_unchanged BEFORE UPDATE ON public.key_history FOR EACH ROW EXECUTE FUNCTION public.key_history_unchanged();
 
 CREATE TRIGGER keys_history_delete AFTER DELETE ON public.keys REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.key_history_record();
@@ -409,6 +437,8 @@ CREATE TRIGGER keys_history_insert AFTER INSERT ON public.keys REFERENCING NEW T
 CREATE TRIGGER keys_history_truncate AFTER TRUNCATE ON public.keys FOR EACH STATEMENT EXECUTE FUNCTION public.key_history_record();
 
 CREATE TRIGGER keys_history_update AFTER UPDATE ON public.keys REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.key_history_record();
+
+CREATE TRIGGER keys_name_fixed BEFORE UPDATE OF name ON public.keys FOR EACH ROW WHEN ((old.name IS DISTINCT FROM new.name)) EXECUTE FUNCTION public.keys_name_fixed();
 
 CREATE TRIGGER keys_notify_delete AFTER DELETE ON public.keys REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.directory_notify_rows('name', 'names');
 

@@ -40,6 +40,36 @@ END
 $$;
 CREATE TRIGGER key_history_unchanged BEFORE UPDATE ON key_history FOR EACH ROW EXECUTE FUNCTION key_history_unchanged();
 
+-- Only the schema's owner writes or removes entries: the trigger on keys and key_history_trim run as it
+-- (SECURITY DEFINER). A role granted every right on the tables, as a writer of keys may be, can neither
+-- forge an entry nor remove one. Once per statement: an import's million entries pay it once.
+CREATE FUNCTION key_history_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF current_user::regrole <> (SELECT relowner FROM pg_class WHERE oid = TG_RELID)::regrole THEN
+    RAISE EXCEPTION 'the entries of key_history are written by the database alone (the trigger on keys), and removed by npm run db -- trim'
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER key_history_guard BEFORE INSERT OR DELETE OR TRUNCATE ON key_history FOR EACH STATEMENT EXECUTE FUNCTION key_history_guard();
+
+-- The trim of npm run db -- trim: the entries written before now minus `older_than`, as the owner; answers how many.
+CREATE FUNCTION key_history_trim(older_than interval) RETURNS bigint LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+  WITH gone AS (DELETE FROM key_history WHERE at < now() - older_than RETURNING 1) SELECT count(*) FROM gone
+$$;
+
+-- A key keeps its name for life: the commands, the rate limit and the history go by it. A rename is
+-- refused (mint a key of the new name, revoke the old one), where the history could only have shown
+-- it as two names and lost what else the statement changed.
+CREATE FUNCTION keys_name_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'key % cannot be renamed to %: a key keeps its name; mint a key of the new name and revoke this one', quote_literal(OLD.name), quote_literal(NEW.name)
+    USING ERRCODE = 'check_violation', TABLE = 'keys';
+END
+$$;
+CREATE TRIGGER keys_name_fixed BEFORE UPDATE OF name ON keys FOR EACH ROW WHEN (OLD.name IS DISTINCT FROM NEW.name) EXECUTE FUNCTION keys_name_fixed();
+
 -- A key's fields as history shows them: never a hash.
 CREATE FUNCTION key_history_fields(key jsonb) RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
   SELECT key - 'name' - 'sha256' - 'previous_sha256'
@@ -56,7 +86,8 @@ $$;
 
 -- Once per statement, from its transition tables: an import of a million keys writes its entries in
 -- one INSERT, where a row trigger ran a statement per key. directory.key_reason, set by the commands
--- (SET LOCAL), names why: 'prune' or 'import'.
+-- (SET LOCAL), names why: 'prune' or 'import'; the word a writer declares, where the role, client, time
+-- and fields are the database's.
 CREATE FUNCTION key_history_record() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
   reason text := coalesce(current_setting('directory.key_reason', true), '');
@@ -72,11 +103,10 @@ BEGIN
     INSERT INTO key_history (name, action)
       SELECT name, CASE reason WHEN 'prune' THEN 'pruned' WHEN 'import' THEN 'removed by import' ELSE 'revoked' END FROM old_rows;
   ELSIF TG_OP = 'UPDATE' THEN
-    -- Paired by name: a row renamed shows as its old name and its new one.
+    -- Paired by name, which an UPDATE cannot change (keys_name_fixed).
     INSERT INTO key_history (name, action, changes)
-      SELECT coalesce(after.name, before.name),
+      SELECT after.name,
         CASE
-          WHEN after.name IS NULL OR before.name IS NULL THEN 'renamed'
           WHEN reason = 'prune' THEN 'pruned'
           WHEN before.sha256 IS DISTINCT FROM after.sha256 THEN 'rotated'
           WHEN before.disabled IS DISTINCT FROM after.disabled THEN CASE WHEN after.disabled THEN 'disabled' ELSE 'enabled' END
@@ -84,9 +114,8 @@ BEGIN
           WHEN before.rate_limit_per_minute IS DISTINCT FROM after.rate_limit_per_minute THEN 'limit set'
           ELSE 'changed'
         END,
-        CASE WHEN after.name IS NULL OR before.name IS NULL THEN jsonb_build_object('name', jsonb_build_array(before.name, after.name))
-          ELSE key_history_changes(to_jsonb(before), to_jsonb(after)) END
-      FROM old_rows AS before FULL JOIN new_rows AS after ON before.name = after.name
+        key_history_changes(to_jsonb(before), to_jsonb(after))
+      FROM old_rows AS before JOIN new_rows AS after ON before.name = after.name
       -- An UPDATE that sets what was there changes nothing.
       WHERE before IS DISTINCT FROM after;
   ELSE

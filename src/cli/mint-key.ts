@@ -3,7 +3,7 @@
 // database when DATABASE_URL is set, else keys.json of the data folder. Running servers follow the
 // change; no restart.
 import { hash, randomBytes } from 'node:crypto'
-import { access, appendFile, open, readFile, rm, writeFile } from 'node:fs/promises'
+import { access, appendFile, link, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import { userInfo } from 'node:os'
 import { join } from 'node:path'
 import { isGiven, loadConfig } from '../config.js'
@@ -152,7 +152,11 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
   // Then its history, under the same lock.
   const write = async (keys: ApiKey[], entries: HistoryEntry[]) => {
     await writeJsonFile(file, keys)
-    await appendHistory(history, entries, retentionMs)
+    // The change is made: a history that cannot be written (its disk full, a file of another user) must
+    // not make the command fail now, when a key it minted or rotated would be printed nowhere.
+    await appendHistory(history, entries, retentionMs).catch((error: Error) => {
+      process.stderr.write(`warning: the change is made, but its history could not be written to ${history}: ${error.message.split('\n')[0]}\n`)
+    })
   }
   const entry = (name: string, action: string, changes: HistoryEntry['changes'] = null): HistoryEntry => ({ at: instantText(Date.now()), name, action, changes, by: osUser() })
   return {
@@ -248,7 +252,10 @@ async function appendHistory (file: string, entries: readonly HistoryEntry[], re
   const existing = await readHistory(file)
   const cutoff = Date.now() - retentionMs
   if (existing.length > 0 && timestampMs(existing[0]!.at) < cutoff) {
-    await writeFile(file, existing.filter((each) => timestampMs(each.at) >= cutoff).map((each) => `${JSON.stringify(each)}\n`).join('') + lines)
+    // Whole or not at all: a command that dies while writing leaves the history as it was.
+    const next = `${file}.tmp`
+    await writeFile(next, existing.filter((each) => timestampMs(each.at) >= cutoff).map((each) => `${JSON.stringify(each)}\n`).join('') + lines)
+    await rename(next, file)
   } else {
     await appendFile(file, lines)
   }
@@ -294,24 +301,44 @@ function running (pid: number) {
 }
 
 /**
- * Runs `write` holding `<file>.lock`, made with O_EXCL and holding this process's id: key commands on
- * one folder run one at a time, and one that finds another under way is refused in one line. A lock
- * left by a command that died (its process gone) is taken over.
+ * Runs `write` holding `<file>.lock`, which holds the process id of the command that holds it: key
+ * commands on one folder run one at a time, and one that finds another under way is refused in one
+ * line. The lock comes into being whole, a link to a file already holding the id: made empty, then
+ * written, another command could read it empty in between, take it for a dead command's, and both
+ * would write keys.json, one's key lost while it said it was recorded. A lock left by a command that
+ * died (its process gone) is taken over by renaming it away, which one command alone can do; one that
+ * finds it had taken a live command's lock gives it back and is refused.
  */
 async function withLock<T> (file: string, write: () => Promise<T>): Promise<T> {
   const lock = `${file}.lock`
-  for (let attempt = 0; ; attempt++) {
-    try {
-      const handle = await open(lock, 'wx')
-      await handle.writeFile(String(process.pid))
-      await handle.close()
-      break
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw error
-      const pid = Number(await readFile(lock, 'utf8').catch(() => ''))
-      if (pid > 0 && running(pid)) throw new Error(`another key command (process ${pid}) is writing ${file}; nothing was written: try again once it ends`)
-      await rm(lock, { force: true })
+  const mine = `${lock}.${process.pid}`
+  await writeFile(mine, String(process.pid))
+  const refused = (pid: number) => new Error(pid > 0
+    ? `another key command (process ${pid}) is writing ${file}; nothing was written: try again once it ends`
+    : `another key command is writing ${file} (${lock} is there, its process unknown); nothing was written: try again once it ends, or remove the lock if no command runs`)
+  try {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await link(mine, lock)
+        break
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
+      }
+      const holder = Number(await readFile(lock, 'utf8').catch(() => '0'))
+      if (attempt > 0 || holder === 0 || running(holder)) throw refused(holder)
+      // Dead: renamed away by this command alone, then looked at again, since another may have taken it over meanwhile.
+      const stale = `${lock}.stale.${process.pid}`
+      if (await rename(lock, stale).then(() => false, () => true)) throw refused(holder)
+      const taken = Number(await readFile(stale, 'utf8').catch(() => '0'))
+      if (taken !== holder && running(taken)) {
+        await link(stale, lock).catch(() => {})
+        await rm(stale, { force: true })
+        throw refused(taken)
+      }
+      await rm(stale, { force: true })
     }
+  } finally {
+    await rm(mine, { force: true })
   }
   try {
     return await write()

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process'
-import { hash } from 'node:crypto'
+import { hash, randomBytes } from 'node:crypto'
 import { cp, mkdtemp, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -197,6 +197,32 @@ describe('the keys\' history in PostgreSQL', () => {
     } finally {
       await Promise.all([first, second].map((folder) => rm(folder, { recursive: true, force: true })))
     }
+  })
+
+  it('takes no entry and loses none but the database\'s, even from a role granted every right on the tables; records that role\'s changes', async () => {
+    const store = await stores[1]![1]()
+    const role = `key_writer_${randomBytes(4).toString('hex')}`
+    await client!.query(`CREATE ROLE ${role} LOGIN; GRANT ALL ON ALL TABLES IN SCHEMA public TO ${role}; GRANT ALL ON SCHEMA public TO ${role}`)
+    const writer = new pg.Client({ connectionString: store.env.DATABASE_URL!.replace('postgres@', `${role}@`), application_name: 'a script' })
+    await writer.connect()
+    try {
+      const refusal = 'the entries of key_history are written by the database alone (the trigger on keys), and removed by npm run db -- trim'
+      await expect(writer.query("INSERT INTO key_history (name, action, role) VALUES ('acme-standard', 'revoked', 'alice')")).rejects.toThrow(refusal)
+      await expect(writer.query('DELETE FROM key_history')).rejects.toThrow(refusal)
+      await expect(writer.query('TRUNCATE key_history')).rejects.toThrow(refusal)
+      await writer.query("UPDATE keys SET disabled = true WHERE name = 'acme-standard'")
+      const { rows } = await client!.query('SELECT name, action, role, client FROM key_history ORDER BY id DESC LIMIT 1')
+      expect(rows).toEqual([{ name: 'acme-standard', action: 'disabled', role, client: 'a script' }])
+    } finally {
+      await writer.end()
+      await client!.query(`DROP OWNED BY ${role}; DROP ROLE ${role}`)
+    }
+  })
+
+  it('refuses to rename a key, which the history and the rate limit go by', async () => {
+    await stores[1]![1]()
+    await expect(client!.query("UPDATE keys SET name = 'acme-renamed', disabled = true WHERE name = 'acme-standard'"))
+      .rejects.toThrow('key \'acme-standard\' cannot be renamed to \'acme-renamed\': a key keeps its name; mint a key of the new name and revoke this one')
   })
 
   it('refuses to change an entry, even to its owner', async () => {

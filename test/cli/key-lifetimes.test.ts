@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process'
-import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { cp, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -252,6 +252,45 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
       const error = await key(store, '--kind', 'standard', '--org', 'o', '--name', 'x', ...args).catch((failure: { code: number, stderr: string }) => failure)
       expect(error).toMatchObject({ code: 2, stderr: `${message}; see npm run key -- --help\n` })
     }
+  })
+})
+
+describe('npm run key in a folder, commands at once', () => {
+  it('records the key of every command that says so, and refuses the others in one line, writing nothing', async () => {
+    const store = await stores[0]![1]()
+    for (let round = 0; round < 3; round++) {
+      const outcomes = await Promise.all(Array.from({ length: 16 }, (_, i) => key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', `at-once-${round}-${i}`).then(
+        ({ stdout }) => ({ name: `at-once-${round}-${i}`, secret: stdout.trim() }),
+        (error: { code: number, stderr: string }) => ({ name: `at-once-${round}-${i}`, code: error.code, stderr: error.stderr }))))
+      const keys = await store.keys()
+      for (const outcome of outcomes) {
+        if ('secret' in outcome) expect(keys.find((record) => record.name === outcome.name)?.sha256, outcome.name).toBe(sha256(outcome.secret))
+        else expect(outcome, outcome.name).toEqual({ name: outcome.name, code: 1, stderr: expect.stringMatching(/^another key command .* nothing was written: try again once it ends[^\n]*\n$/) })
+      }
+      expect(outcomes.some((outcome) => 'secret' in outcome)).toBe(true)
+      await expect(readFile(join(dir, 'keys.json.lock'))).rejects.toThrow(/ENOENT/)
+    }
+  })
+})
+
+describe('a folder\'s key history', () => {
+  it('keeps entries for KEY_HISTORY_RETENTION_DAYS, removing older ones at the next command', async () => {
+    const store = await stores[0]![1]()
+    const old = { at: '2020-01-01T00:00:00Z', name: 'gone', action: 'minted', changes: null, by: 'someone' }
+    const recent = { at: new Date(Date.now() - 86_400_000).toISOString().replace(/\.\d{3}Z$/, 'Z'), name: 'kept', action: 'revoked', changes: null, by: 'someone' }
+    await writeFile(join(dir, 'key-history.jsonl'), `${JSON.stringify(old)}\n${JSON.stringify(recent)}\n`)
+    await key({ ...store, env: { KEY_HISTORY_RETENTION_DAYS: '7' } }, 'disable', '--name', 'acme-standard')
+    const lines = (await readFile(join(dir, 'key-history.jsonl'), 'utf8')).trimEnd().split('\n').map((line) => JSON.parse(line))
+    expect(lines.map(({ name, action }) => [name, action])).toEqual([['kept', 'revoked'], ['acme-standard', 'disabled']])
+  })
+
+  it('makes the change and prints the key when the history cannot be written, and says so', async () => {
+    const store = await stores[0]![1]()
+    // A history that cannot be appended to: a folder where the file should be.
+    await mkdir(join(dir, 'key-history.jsonl'))
+    const { stdout, stderr } = await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'unrecorded')
+    expect((await store.keys()).find((record) => record.name === 'unrecorded')?.sha256).toBe(sha256(stdout.trim()))
+    expect(stderr).toMatch(/^warning: the change is made, but its history could not be written to \S+key-history\.jsonl: /m)
   })
 })
 
