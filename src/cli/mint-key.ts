@@ -22,7 +22,7 @@ type Command = typeof COMMANDS[number] | 'mint'
 
 const SYNOPSIS = `npm run key -- --kind standard|management --org <organization id> --name <name> [--expires-in <duration> | --expires-at <time>] [--rate-limit <n>]
        npm run key -- rotate --name <name> [--grace <duration>] [--expires-in <duration> | --expires-at <time>]
-       npm run key -- expire --name <name> (--in <duration> | --at <time>)
+       npm run key -- expire --name <name> (--in <duration> | --at <time> | --never)
        npm run key -- disable --name <name>
        npm run key -- enable --name <name>
        npm run key -- limit --name <name> --per-minute <n>|default
@@ -42,9 +42,9 @@ usage: ${SYNOPSIS}
 
   (no command)                mints a key of that kind, organization and name; prints it once
   rotate                      gives the key a new secret, printed once; the key keeps its name, kind,
-                              organization, limit and state, and its expiry (one already past is
-                              dropped); the secret before keeps working until the grace ends
-  expire                      sets or changes the key's expiry
+                              organization, limit, state and expiry (a key expired already needs a new
+                              one); the secret before keeps working until the grace ends
+  expire                      sets, changes or (--never) removes the key's expiry
   disable, enable             the key answers 401 (This API key is disabled) until enabled again
   limit                       the key's own rate limit, in place of RATE_LIMIT_PER_MINUTE; default: that setting again
   revoke                      deletes the key: it answers 401 at once
@@ -63,8 +63,9 @@ usage: ${SYNOPSIS}
   --grace <duration>          rotate: how long the secret before keeps working (default 1h; 0 ends it at
                               once; never past the key's own expiry)
   --in <duration>, --at <time>  expire: when the key expires, from now or at an instant
+  --never                     expire: the key no longer expires
   --per-minute <n>|default    limit: the key's own limit, or default to follow RATE_LIMIT_PER_MINUTE again
-  --expired-before <time>     prune: what ended before this instant (default: now)
+  --expired-before <time>     prune: what ended before this instant, not a future one (default: now)
   --data-dir <dir>            keys.json of this folder, even when DATABASE_URL is set (default:
                               DATABASE_URL, else DATA_DIR; never the bundled fixtures/)
   -h, --help                  prints this help
@@ -173,7 +174,10 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
       const before = keys.find((key) => key.name === name)
       if (before === undefined) return undefined
       const after = change(before, Date.now())
-      await write(keys.map((key) => key === before ? after : key), [entry(name, actionOf(before, after), changesOf(before, after))])
+      // A change to what the key holds already (a second disable) writes nothing, as in PostgreSQL.
+      if (Object.keys(changesOf(before, after)).length > 0) {
+        await write(keys.map((key) => key === before ? after : key), [entry(name, actionOf(before, after), changesOf(before, after))])
+      }
       return { before, after }
     }),
     remove: (name) => withLock(file, async () => {
@@ -462,6 +466,7 @@ const OPTIONS = {
   at: { type: 'string' },
   'per-minute': { type: 'string' },
   'expired-before': { type: 'string' },
+  never: { type: 'boolean' },
   ...DATA_DIR_OPTIONS
 } as const
 
@@ -469,7 +474,7 @@ const OPTIONS = {
 const COMMAND_OPTIONS: { readonly [C in Command]: { takes: ReadonlyArray<keyof typeof OPTIONS>, requires: ReadonlyArray<keyof typeof OPTIONS> } } = {
   mint: { takes: ['kind', 'org', 'name', 'expires-in', 'expires-at', 'rate-limit'], requires: ['kind', 'org', 'name'] },
   rotate: { takes: ['name', 'grace', 'expires-in', 'expires-at'], requires: ['name'] },
-  expire: { takes: ['name', 'in', 'at'], requires: ['name'] },
+  expire: { takes: ['name', 'in', 'at', 'never'], requires: ['name'] },
   disable: { takes: ['name'], requires: ['name'] },
   enable: { takes: ['name'], requires: ['name'] },
   limit: { takes: ['name', 'per-minute'], requires: ['name', 'per-minute'] },
@@ -499,7 +504,7 @@ async function main () {
   if (missing !== undefined) refuseCommandLine('key', `${command === 'mint' ? 'minting' : command} needs --${missing}; ${USAGE}`)
   const kind = KEY_KINDS.find((k) => k === values.kind)
   if (command === 'mint' && kind === undefined) refuseCommandLine('key', `--kind ${JSON.stringify(values.kind)} is not standard or management`)
-  if (command === 'expire' && values.in === undefined && values.at === undefined) refuseCommandLine('key', `expire needs --in or --at; ${USAGE}`)
+  if (command === 'expire' && [values.in, values.at, values.never].filter((given) => given !== undefined).length !== 1) refuseCommandLine('key', `expire needs one of --in, --at or --never; ${USAGE}`)
   const expiry = command === 'expire' ? expiryOption('in', values.in, 'at', values.at) : expiryOption('expires-in', values['expires-in'], 'expires-at', values['expires-at'])
   const graceMs = values.grace === undefined ? 60 * 60 * 1000 : durationOption('grace', values.grace)
   const rateLimit = values['rate-limit'] === undefined ? undefined : limitOption('rate-limit', values['rate-limit'], false) ?? undefined
@@ -518,6 +523,7 @@ async function main () {
         return
       case 'history': {
         const { entries, total } = await store.history(values.name, HISTORY_SHOWN)
+        if (values.name !== undefined && total === 0) throw new Error(`no entry of a key named ${JSON.stringify(values.name)} in the history of ${store.where}`)
         process.stdout.write(formatHistory(entries))
         if (total > entries.length) process.stderr.write(`the last ${entries.length} of ${total} entries; --name <name> shows one key's\n`)
         return
@@ -527,7 +533,10 @@ async function main () {
         process.stderr.write(`revoked key ${JSON.stringify(name)} in ${store.where}; running servers refuse it within a second, without a restart\n`)
         return
       case 'prune': {
-        const before = pruneBefore === undefined ? await store.now() : timestampMs(pruneBefore)
+        const now = await store.now()
+        const before = pruneBefore === undefined ? now : timestampMs(pruneBefore)
+        // A key that has not ended is no key to prune: an instant to come would revoke live keys.
+        if (before > now) throw new Error(`--expired-before ${JSON.stringify(pruneBefore)} is in the future: it is ${instantText(now)} now, and prune removes only what has ended; nothing was written`)
         const { keys, secrets } = await store.prune(before)
         process.stderr.write(`pruned ${keys} key${keys === 1 ? '' : 's'} and ${secrets} previous secret${secrets === 1 ? '' : 's'} that ended before ${instantText(before)} in ${store.where}\n`)
         return
@@ -536,7 +545,7 @@ async function main () {
         await mint(store, { name, kind: kind!, organization: values.org!, expiry, rateLimit })
         return
       default:
-        await change(store, command, name, { expiry, graceMs, perMinute })
+        await change(store, command, name, { expiry, never: values.never === true, graceMs, perMinute })
     }
   } finally {
     await store.close()
@@ -569,7 +578,7 @@ function changedKey (key: ApiKey, changes: Partial<ApiKey>): ApiKey {
 
 /** rotate, expire, disable, enable, limit: a change of one key, said on stderr (and the new secret of a rotation printed on stdout). */
 async function change (store: KeyStore, command: Exclude<Command, 'mint' | 'list' | 'history' | 'revoke' | 'prune'>, name: string,
-  { expiry, graceMs, perMinute }: { expiry: Expiry | undefined, graceMs: number, perMinute: number | null | undefined }) {
+  { expiry, never, graceMs, perMinute }: { expiry: Expiry | undefined, never: boolean, graceMs: number, perMinute: number | null | undefined }) {
   const secret = command === 'rotate' ? newSecret() : undefined
   let changedAt = 0
   const changed = await store.update(name, (key, now) => {
@@ -577,7 +586,7 @@ async function change (store: KeyStore, command: Exclude<Command, 'mint' | 'list
     const expiresAt = expiry === undefined ? undefined : expiryAt(expiry, now)
     const next = (changes: Partial<ApiKey>) => changedKey(key, changes)
     switch (command) {
-      case 'expire': return next({ expires_at: expiresAt })
+      case 'expire': return next({ expires_at: never ? null : expiresAt })
       case 'disable': return next({ disabled: true })
       case 'enable': return next({ disabled: false })
       case 'limit': return next({ rate_limit_per_minute: perMinute })
@@ -585,8 +594,12 @@ async function change (store: KeyStore, command: Exclude<Command, 'mint' | 'list
         const until = key.expires_at == null ? Infinity : timestampMs(key.expires_at)
         // To the second, as printed: the secret before works until the instant the message names, never past the key's own expiry.
         const end = Math.min(until, wholeSecond(now + graceMs))
-        // An expiry already past is dropped: a rotation gives the holder a key that works (the old secret stays ended).
-        const keeps = expiresAt ?? (until <= now ? null : key.expires_at)
+        // A key expired already gets a new secret only with a new expiry: keeping the old one would mint a
+        // secret born expired, and dropping it would quietly make a temporary key live for ever.
+        if (until <= now && expiresAt === undefined) {
+          throw new Error(`key ${JSON.stringify(name)} expired at ${shown(key.expires_at)}: give its new secret an expiry with --expires-in or --expires-at; nothing was written`)
+        }
+        const keeps = expiresAt ?? key.expires_at
         return next({ sha256: hash('sha256', secret!), expires_at: keeps, previous: { sha256: key.sha256, expires_at: timestampText(end) } })
       }
     }

@@ -181,8 +181,10 @@ export function asPrevious (key: ApiKey): ApiKey | undefined {
   const previous = previousOf(key)
   if (previous === undefined) return undefined
   const own = expiryOf(key)
-  return new StoredKey(key.name, previous.sha256, key.kind, key.organization_id, Number.isNaN(own) ? previous.endMs : Math.min(own, previous.endMs),
-    key.disabled === true, key.rate_limit_per_minute ?? 0, undefined, true)
+  // Ended by the key's own expiry first: it answers as an expired key, not as one rotated.
+  const endedByKey = own <= previous.endMs
+  return new StoredKey(key.name, previous.sha256, key.kind, key.organization_id, endedByKey ? own : previous.endMs,
+    key.disabled === true, key.rate_limit_per_minute ?? 0, undefined, !endedByKey)
 }
 
 /** Whether the key was found by the secret it had before its last rotation. */

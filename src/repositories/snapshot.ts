@@ -305,7 +305,9 @@ function withKeyEdits (previous: KeyIndex, edits: ReadonlyArray<Edit<ApiKey>>): 
   for (const [, before] of edits) {
     if (before === undefined) continue
     shaEdits.push([before.sha256, undefined])
-    if (before.previous != null) shaEdits.push([before.previous.sha256, undefined])
+    // Its previous secret, where the map holds it for this key: another key's current secret of that
+    // value (written by hand) stays that key's.
+    if (before.previous != null && previous.bySha.get(before.previous.sha256)?.name === before.name) shaEdits.push([before.previous.sha256, undefined])
   }
   for (const [, , after] of edits) if (after) shaEdits.push([after.sha256, after])
   let bySha = previous.bySha.with(shaEdits)

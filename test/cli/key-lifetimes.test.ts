@@ -175,14 +175,43 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
     expect(end).toBeLessThanOrEqual(Date.now() + 1000)
   })
 
-  it('rotates a key that expired already, saying the grace cannot extend it rather than promising a time past; its new secret works', async () => {
+  it('rotates a key that expired already only with a new expiry, saying the grace cannot extend it rather than promising a time past', async () => {
     const store = await open()
     await store.insert({ name: 'expired', sha256: sha256('expired-secret'), kind: 'standard', organization_id: 'org_2vQmAcme0001', expires_at: '2020-01-01T00:00:00Z' })
-    const { stdout, stderr } = await key(store, 'rotate', '--name', 'expired', '--grace', '1h')
-    expect(stderr.split('\n')[0]).toMatch(/^rotated key "expired" \(standard, org_2vQmAcme0001\) in .+; running servers follow within a second, without a restart: it expired already at 2020-01-01T00:00:00Z, so the grace \(1h\) cannot extend its secret before\.$/)
+    const before = await store.keys()
+    // Without one, the new secret would be born expired, or a temporary key would live for ever.
+    const refused = await key(store, 'rotate', '--name', 'expired').catch((failure: { code: number, stdout: string, stderr: string }) => failure)
+    expect(refused).toMatchObject({ code: 1, stdout: '', stderr: 'key "expired" expired at 2020-01-01T00:00:00Z: give its new secret an expiry with --expires-in or --expires-at; nothing was written\n' })
+    expect(await store.keys()).toEqual(before)
+    const { stdout, stderr } = await key(store, 'rotate', '--name', 'expired', '--grace', '1h', '--expires-in', '30d')
+    expect(stderr.split('\n')[0]).toMatch(/^rotated key "expired" \(standard, org_2vQmAcme0001, expiring at \S+Z\) in .+; running servers follow within a second, without a restart: it expired already at 2020-01-01T00:00:00Z, so the grace \(1h\) cannot extend its secret before\.$/)
     expect((await store.keys()).find((record) => record.name === 'expired')).toEqual({
-      name: 'expired', sha256: sha256(stdout.trim()), kind: 'standard', organization_id: 'org_2vQmAcme0001', previous: { sha256: sha256('expired-secret'), expires_at: '2020-01-01T00:00:00Z' }
+      name: 'expired', sha256: sha256(stdout.trim()), kind: 'standard', organization_id: 'org_2vQmAcme0001', expires_at: expect.stringMatching(/Z$/),
+      previous: { sha256: sha256('expired-secret'), expires_at: '2020-01-01T00:00:00Z' }
     })
+  })
+
+  it('removes an expiry with expire --never, and refuses to prune from an instant to come, writing nothing', async () => {
+    const store = await open()
+    await key(store, '--kind', 'standard', '--org', 'org_2vQmAcme0001', '--name', 'temp', '--expires-in', '1h')
+    expect((await key(store, 'expire', '--name', 'temp', '--never')).stderr).toMatch(/^key "temp" expires at never \(was \S+Z\) in /)
+    expect((await store.keys()).find((record) => record.name === 'temp')!.expires_at).toBeUndefined()
+    await key(store, 'expire', '--name', 'temp', '--in', '90d')
+    const before = await store.keys()
+    const refused = await key(store, 'prune', '--expired-before', '2999-01-01T00:00:00Z').catch((failure: { code: number, stderr: string }) => failure)
+    expect(refused).toMatchObject({ code: 1, stderr: expect.stringMatching(/^--expired-before "2999-01-01T00:00:00Z" is in the future: it is \S+Z now, and prune removes only what has ended; nothing was written\n$/) })
+    expect(await store.keys()).toEqual(before)
+  })
+
+  it('writes nothing for a change the key holds already, and says there is no history of a key it never had', async () => {
+    const store = await open()
+    await key(store, 'disable', '--name', 'acme-standard')
+    const entries = async () => (await key(store, 'history', '--name', 'acme-standard')).stdout.trimEnd().split('\n').length
+    const count = await entries()
+    expect((await key(store, 'disable', '--name', 'acme-standard')).stderr).toMatch(/^key "acme-standard" disabled \(it was already\) in /)
+    expect(await entries()).toBe(count)
+    const error = await key(store, 'history', '--name', 'nobody').catch((failure: { code: number, stderr: string }) => failure)
+    expect(error).toMatchObject({ code: 1, stderr: expect.stringMatching(/^no entry of a key named "nobody" in the history of \S/) })
   })
 
   it('refuses to mint for an organization the directory does not have, in one line naming it, writing nothing', async () => {

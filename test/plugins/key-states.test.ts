@@ -88,13 +88,26 @@ describe('a key\'s previous secret', () => {
     }
   })
 
-  it('never takes the place of another key\'s current secret: that key answers for it', async () => {
+  it('never takes the place of another key\'s current secret: that key answers for it, before and after a change of the first', async () => {
     // alpha-management names beta-management's secret as its previous one (written by hand, say).
     const data = dataWith({ 'alpha-management': { previous: { sha256: sha256(KEYS.betaManagement), expires_at: END } } })
+    const beta = (await build().inject({ url: '/v1/organization/members', headers: bearer(KEYS.betaManagement) })).json()
     for (const [, app] of await bothWays(data, () => AT - 1)) {
-      const members = (await app.inject({ url: '/v1/organization/members', headers: bearer(KEYS.betaManagement) })).json() as { data: Array<{ email: string }> }
-      const beta = (await build().inject({ url: '/v1/organization/members', headers: bearer(KEYS.betaManagement) })).json()
-      expect(members).toEqual(beta)
+      expect((await app.inject({ url: '/v1/organization/members', headers: bearer(KEYS.betaManagement) })).json()).toEqual(beta)
+    }
+    // Then alpha-management changes (disabled) as a change: beta-management's secret is still its own.
+    const snapshot = await changedTo(data)
+    const changed = snapshot.withIndex('keys', withRecords(snapshot.indexes.keys, dataWith({ 'alpha-management': { previous: { sha256: sha256(KEYS.betaManagement), expires_at: END }, disabled: true } }).keys, []), 3)
+    expect(changed.findKey(sha256(KEYS.betaManagement))?.name).toBe('beta-management')
+    // And revoked: still.
+    const revoked = changed.withIndex('keys', withRecords(changed.indexes.keys, [], ['alpha-management']), 4)
+    expect(revoked.findKey(sha256(KEYS.betaManagement))?.name).toBe('beta-management')
+  })
+
+  it('answers as an expired key, not a rotated one, where the key\'s own expiry ended it first', async () => {
+    const early = new Date(AT - 1000).toISOString()
+    for (const [, app] of await bothWays(dataWith({ 'alpha-management': { ...rotated, expires_at: early } }), () => AT - 500)) {
+      expect((await ask(app, OLD_SECRET)).body).toEqual({ error: { code: 401, message: 'This API key has expired' } })
     }
   })
 })

@@ -185,6 +185,8 @@ export async function updateKey (client: pg.ClientBase, name: string, change: (k
     const before = keyOfRow(rows[0]).key
     const { rows: [clock] } = await client.query<{ now: string }>('SELECT extract(epoch FROM now()) * 1000 AS now')
     const after = change(before, Number(clock!.now))
+    // A change to what the key holds already (a second disable) writes nothing: no entry, no replica woken.
+    if (JSON.stringify(keyRow(after)) === JSON.stringify(keyRow(before))) return { before, after }
     await client.query(`UPDATE keys SET (${KEY_ROW_COLUMNS.join(', ')}) = ROW(${KEY_ROW_PARAMETERS}) WHERE name = $${KEY_ROW_COLUMNS.length + 1}`, [...Object.values(keyRow(after)), name])
     return { before, after }
   })
