@@ -7,7 +7,22 @@ import { LIST_COLUMNS, listTableSql } from '../src/repositories/sources/postgres
 /** The columns of a list kind's table that are its own whatever its kind: no unique field may be named like them (`id` may: it is then the row's identity). */
 const LIST_TABLE_OWN_COLUMNS = LIST_COLUMNS.filter((column) => column !== 'id')
 
+/**
+ * The kind test/extra-kind.test.ts adds to prove that an operation is one registry entry: a name no real
+ * kind takes, so that adding the gateway's next operation (its models, say) never collides with the proof.
+ */
+const PROOF_KIND = { name: 'specimens', file: 'specimens.json', table: 'specimens', path: '/specimens' }
+
 describe('the registry of kinds', () => {
+  it('leaves the name, file, table and path of the registry\'s proof to it', () => {
+    for (const [kind, entry] of Object.entries(KINDS) as Array<[string, { file: string, table: string, operation?: { path: string } }]>) {
+      expect([kind, entry.file, entry.table, entry.operation?.path]).not.toContain(PROOF_KIND.name)
+      expect(entry.file, kind).not.toBe(PROOF_KIND.file)
+      expect(entry.table, kind).not.toBe(PROOF_KIND.table)
+      expect(entry.operation?.path, kind).not.toBe(PROOF_KIND.path)
+    }
+  })
+
   it('names no unique field of a list kind like a column its table has of its own (position, document, document_bytes)', () => {
     for (const kind of LIST_KINDS) {
       const unique: readonly string[] = KINDS[kind].unique

@@ -181,8 +181,8 @@ const REGIONS: Record<string, Partial<Record<Syntax, (facts: Facts) => string>>>
   'list tables': { markdown: listTables },
   'export summary': { markdown: exportSummary },
   'schema too old': { markdown: () => fence('', [`cannot start: ${schemaTooOld(null)}`]) },
-  // What checkSchema says when a kind's migration was left out (a kind models, in the example).
-  'missing table': { markdown: () => fence('', [`cannot start: ${schemaLacks(['table models'], SCHEMA_VERSION)}`]) }
+  // What checkSchema says when a kind's migration was left out (the kind of the registry's proof, test/extra-kind.test.ts, in the example).
+  'missing table': { markdown: () => fence('', [`cannot start: ${schemaLacks(['table specimens'], SCHEMA_VERSION)}`]) }
 }
 
 /** The files that hold regions: the documents that must be true today (the changelog is history), and the base's kustomization. */

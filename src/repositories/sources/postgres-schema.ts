@@ -251,7 +251,7 @@ export function schemaTooOld (version: number | null) {
   return `the database schema is at version ${version ?? 'none'}, this build needs ${SCHEMA_VERSION}: run npm run db -- migrate`
 }
 
-/** What checkSchema says of a database at this build's schema that lacks tables or columns it reads (`table models`); docs/ quote it. */
+/** What checkSchema says of a database at this build's schema that lacks tables or columns it reads (`table specimens`); docs/ quote it. */
 export function schemaLacks (missing: readonly string[], version: number) {
   return `the database has no ${missing.join(', no ')}, which this build reads, and its schema is at version ${version} already: ` +
     `no migration of this build makes ${missing.length === 1 ? 'it' : 'them'}; add one (CONTRIBUTING.md, "A new kind of record"), then run npm run db -- migrate`
