@@ -12,6 +12,12 @@ export interface Operation {
   tag: { name: string, description: string }
   summary: string
   description: string
+  /**
+   * The method of the official @openrouter/sdk client that calls it (`providers.list`), which
+   * test/sdk.test.ts calls for every operation and which must parse the answer; null for an operation
+   * the SDK has no method for, of which the docs claim no compatibility.
+   */
+  sdk: string | null
 }
 
 /** The operation that serves a list kind whole, and what the OpenAPI document says of the list. */
@@ -73,6 +79,7 @@ export const KINDS = {
       operationId: 'listProviders',
       tag: { name: 'Providers', description: 'The upstream providers known to the service' },
       summary: 'List all providers',
+      sdk: 'providers.list',
       description: 'Lists the upstream providers known to the service with their public contact and policy links and their country codes.',
       listDescription: 'The providers known to the service, in the order of the data file'
     }
@@ -90,6 +97,7 @@ export const KINDS = {
       operationId: 'listEndpointsZdr',
       tag: { name: 'Endpoints', description: 'Model endpoints and their availability under ZDR' },
       summary: 'Preview the impact of ZDR on the available endpoints',
+      sdk: 'endpoints.listZdrEndpoints',
       description: 'Returns the model endpoints that are available under zero data retention (ZDR), with limits, pricing, latency, throughput and uptime figures.',
       listDescription: 'The endpoints available under ZDR, in the order of the data file, each record\'s keys in the order of its data'
     }
@@ -106,6 +114,7 @@ export const KINDS = {
       operationId: 'listOrganizationMembers',
       tag: { name: 'Organization', description: 'The organization tied to a management key' },
       summary: 'List organization members',
+      sdk: 'organization.listMembers',
       description: 'Lists all members of the organization associated with the authenticated management key, one page at a time, ' +
         'in a stable order: pages concatenate to the whole list. A management key is required. ' +
         'An offset past the end answers an empty page with the true total_count. ' +
