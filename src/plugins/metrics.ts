@@ -2,6 +2,7 @@ import fp from 'fastify-plugin'
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
 import type { FastifyInstance, FastifyReply, FastifyRequest, onResponseHookHandler } from 'fastify'
 import type { Snapshots } from '../repositories/lifecycle.js'
+import type { PageCache } from '../representation.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -110,9 +111,10 @@ function cpuSinceStart (registry: Registry) {
  * request than its per-route timers, and need no Node.js 22.19). Instruments are always created, so
  * that other plugins can count without asking; with `enabled` false nothing is measured per request.
  */
-async function metricsPlugin (app: FastifyInstance, { enabled, snapshots, maxStalenessMs }: { enabled: boolean, snapshots: Snapshots, maxStalenessMs?: number | undefined }) {
+async function metricsPlugin (app: FastifyInstance, { enabled, snapshots, maxStalenessMs, pages }: { enabled: boolean, snapshots: Snapshots, maxStalenessMs?: number | undefined, pages: Pick<PageCache, 'usage'> }) {
   const registry = new Registry()
   snapshotMetrics(registry, snapshots, maxStalenessMs)
+  pageCacheMetrics(registry, pages)
   const rateLimitRefusals = new Counter({
     name: 'rate_limit_refusals_total',
     help: 'Requests refused with 429, by bucket: key (a valid key over its limit) or address (requests without a valid key)',
@@ -215,6 +217,22 @@ async function metricsPlugin (app: FastifyInstance, { enabled, snapshots, maxSta
       done()
     }
     route.onResponse = route.onResponse === undefined ? [measure] : [...[route.onResponse].flat(), measure]
+  })
+}
+
+/** How full the cache of member pages is (representation.ts), read when Prometheus scrapes. */
+function pageCacheMetrics (registry: Registry, pages: Pick<PageCache, 'usage'>) {
+  new Gauge({
+    name: 'directory_page_cache_pages',
+    help: 'Member pages kept as they are sent (their bodies in each coding sent, tags and headers), the least recently used out first',
+    registers: [registry],
+    collect () { this.set(pages.usage.pages) }
+  })
+  new Gauge({
+    name: 'directory_page_cache_bytes',
+    help: 'Bytes counted for the member pages kept: their bodies, and 1 KiB for the objects of each answer kept (one a coding asked for); at most 16 MiB',
+    registers: [registry],
+    collect () { this.set(pages.usage.bytes) }
   })
 }
 

@@ -7,7 +7,7 @@ import { type Loaded, type Organization } from './records.js'
 import { KINDS, RECORD_KINDS, type RecordKind } from '../registry.js'
 import type { Change, RefusedKeys, Whole } from './source.js'
 import { serializeList, type SerializedList } from '../representation.js'
-import type { MemberPage } from './member-list.js'
+import type { MemberList } from './member-list.js'
 import type { ListKind } from '../registry.js'
 
 /** A list served whole (providers, endpoints): its records and its body, serialized once. */
@@ -90,10 +90,9 @@ export class Snapshot {
     return expiryOf(key)
   }
 
-  /** A page of the organization's members, or undefined when the organization does not exist or is refused. */
-  memberPage (organizationId: string, offset: number, limit: number): MemberPage | undefined {
-    const organization = this.indexes.organizations.byKey.get(organizationId)
-    return organization?.members.page(offset, limit)
+  /** The organization's members, or undefined when the organization does not exist or is refused. */
+  members (organizationId: string): MemberList | undefined {
+    return this.indexes.organizations.byKey.get(organizationId)?.members
   }
 
   /** Whether the source holds the organization but its records were refused, so that it is not served. */
