@@ -41,6 +41,8 @@ export function answerHeaders ({ etag, coding }: Representation, vary: string): 
 /** A list serialized once, and compressed once in each coding. */
 export interface SerializedList {
   readonly representations: Readonly<Record<Coding, Representation>>
+  /** Starts compressing the codings not made yet on libuv's thread pool (once; then it does nothing). */
+  compressInBackground(): void
 }
 
 /**
@@ -66,23 +68,31 @@ const listBrotli = (json: Buffer) => ({
 
 /**
  * `{"data": records}` as JSON, and compressed at the levels that pay once per snapshot: gzip 9,
- * brotli 10 (brotli 11 costs several times the time for a few per cent). The compression starts on
- * libuv's thread pool when the list is made, beside the request path; a request that needs a
- * coding before it is ready compresses it then (the same bytes: same library, same settings).
+ * brotli 10 (brotli 11 costs several times the time for a few per cent). The compression runs on
+ * libuv's thread pool, beside the request path, from when the list is made, or with `later` from
+ * compressInBackground(); a request that needs a coding before it is ready compresses it then (the
+ * same bytes: same library, same settings).
  */
-export function serializeList (records: readonly unknown[]): SerializedList {
+export function serializeList (records: readonly unknown[], { later = false } = {}): SerializedList {
   const json = Buffer.from(JSON.stringify({ data: records }))
   const identity = representList(json, 'identity')
   const compressed: Partial<Record<'gzip' | 'br', Representation>> = {}
-  gzip(json, LIST_GZIP, (error, body) => { if (!error) compressed.gzip ??= representList(body, 'gzip') })
-  brotliCompress(json, listBrotli(json), (error, body) => { if (!error) compressed.br ??= representList(body, 'br') })
-  return {
+  let started = false
+  const list: SerializedList = {
     representations: {
       identity,
       get gzip () { return (compressed.gzip ??= representList(gzipSync(json, LIST_GZIP), 'gzip')) },
       get br () { return (compressed.br ??= representList(brotliCompressSync(json, listBrotli(json)), 'br')) }
+    },
+    compressInBackground () {
+      if (started) return
+      started = true
+      if (compressed.gzip === undefined) gzip(json, LIST_GZIP, (error, body) => { if (!error) compressed.gzip ??= representList(body, 'gzip') })
+      if (compressed.br === undefined) brotliCompress(json, listBrotli(json), (error, body) => { if (!error) compressed.br ??= representList(body, 'br') })
     }
   }
+  if (!later) list.compressInBackground()
+  return list
 }
 
 // Below this a page is sent as it is: the compressed form would save a few bytes for the same cost.

@@ -1,5 +1,5 @@
 import fp from 'fastify-plugin'
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
+import { Counter, Gauge, Registry, collectDefaultMetrics } from './prometheus.js'
 import type { FastifyInstance, FastifyReply, FastifyRequest, onResponseHookHandler } from 'fastify'
 import type { Snapshots } from '../repositories/lifecycle.js'
 import type { PageCache } from '../representation.js'
@@ -40,7 +40,7 @@ let processRegistry: Registry | undefined
 function processMetrics () {
   if (processRegistry === undefined) {
     processRegistry = new Registry()
-    collectDefaultMetrics({ register: processRegistry })
+    collectDefaultMetrics(processRegistry)
     cpuSinceStart(processRegistry)
   }
   return processRegistry
@@ -85,9 +85,6 @@ function durationText (series: Iterable<Series>): string {
  * checked), most of what a young process has used. Same names and help as prom-client's.
  */
 function cpuSinceStart (registry: Registry) {
-  for (const name of ['process_cpu_user_seconds_total', 'process_cpu_system_seconds_total', 'process_cpu_seconds_total']) {
-    registry.removeSingleMetric(name)
-  }
   const system = new Counter({ name: 'process_cpu_system_seconds_total', help: 'Total system CPU time spent in seconds.', registers: [] })
   const total = new Counter({ name: 'process_cpu_seconds_total', help: 'Total user and system CPU time spent in seconds.', registers: [] })
   const user = new Counter({
