@@ -21,9 +21,12 @@ COPY migrations ./migrations
 COPY fixtures ./fixtures
 # The alerts' runbook, which the server serves at /runbook (the alerts link there).
 COPY docs/runbook.md ./docs/runbook.md
+# V8's compile cache of the server's modules, made for the node user and only read at each start
+# (src/cli/compile-cache.ts says why it is made here), then given to root like every other file.
+RUN node dist/cli/compile-cache.js > /dev/null && chown -R root:root dist/compile-cache && chmod -R a+rX dist/compile-cache
 # Files stay owned by root: the node user can read them, not change them.
 USER node
-ENV HOST=0.0.0.0 PORT=3000
+ENV HOST=0.0.0.0 PORT=3000 NODE_COMPILE_CACHE=/app/dist/compile-cache
 EXPOSE 3000
 # Slim images have no curl; the check is a script of ours run by node, reading HOST and PORT.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 CMD ["node", "dist/cli/healthcheck.js"]

@@ -8,7 +8,7 @@
 //
 // Left out of the bundle, and loaded from node_modules as before:
 // - pino and its transports: pino-pretty runs in a worker thread that loads modules by name;
-// - prom-client: its index is loaded on the first scrape and must share the instruments' classes;
+// - prom-client: loaded part by part, by paths into the package (src/plugins/prometheus.ts);
 // - @fastify/swagger and @fastify/swagger-ui: loaded on first use, and Swagger UI serves the files
 //   of its own package;
 // - ioredis: loaded only when REDIS_URL is set.

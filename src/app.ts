@@ -23,6 +23,7 @@ import { createSenders } from './routes/v1/send.js'
 import docsPage from './routes/docs.js'
 import runbookRoutes from './routes/runbook.js'
 import { compilersFactory } from './schema-compilers.js'
+import { PageCache } from './representation.js'
 import { SharedErrorResponses } from './schemas/common.js'
 
 export interface LogOptions {
@@ -121,9 +122,13 @@ export function buildApp ({ snapshots, log, settings, clock = Date.now }: AppOpt
   // The first hook of every request: its id on the answer, then the checks of the request as a whole.
   app.register(requestChecks, { bodyLimit: BODY_LIMIT_BYTES })
   app.register(shutdown)
-  // First of the hooks that measure, so that the time of the others counts.
-  app.register(metrics, { enabled: config.METRICS, snapshots, maxStalenessMs: config.MAX_STALENESS_MS })
   const origins = corsOrigins(config)
+  // Answers vary on Accept-Encoding, and with CORS on Origin too: the routes set Vary whole.
+  const vary = origins.length > 0 ? 'Origin, Accept-Encoding' : 'Accept-Encoding'
+  // The member pages kept as they are sent: the routes answer from it, the metrics say how full it is.
+  const pages = new PageCache(vary)
+  // First of the hooks that measure, so that the time of the others counts.
+  app.register(metrics, { enabled: config.METRICS, snapshots, maxStalenessMs: config.MAX_STALENESS_MS, pages })
   if (origins.length > 0) app.register(cors, { origins })
 
   // Outside /v1, so outside its authentication (and its rate limits).
@@ -150,8 +155,7 @@ export function buildApp ({ snapshots, log, settings, clock = Date.now }: AppOpt
     await v1.register(auth, { snapshots, limitRefusals, clock, maxStalenessMs })
     // After auth in the scope's order: the key is known.
     v1.addHook('onRequest', limitKey)
-    // Answers vary on Accept-Encoding, and with CORS on Origin too: the routes set Vary whole.
-    const send = createSenders(origins.length > 0 ? 'Origin, Accept-Encoding' : 'Accept-Encoding')
+    const send = createSenders(vary, pages)
     await v1.register(listRoutes, { send })
     await v1.register(organizationRoutes, { send })
   }, { prefix: '/v1' })

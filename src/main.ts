@@ -141,6 +141,10 @@ async function main () {
     await lifecycle.close()
   })
 
+  // The lists of the data read at start are compressed on the thread pool once the first answer is
+  // out, not while the process starts (repositories/snapshot.ts says why).
+  app.server.once('request', (_request, response) => response.once('finish', () => lifecycle.current().compressLists()))
+
   let address
   try {
     address = await app.listen({ host: config.HOST, port: config.PORT })

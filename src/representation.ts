@@ -41,6 +41,8 @@ export function answerHeaders ({ etag, coding }: Representation, vary: string): 
 /** A list serialized once, and compressed once in each coding. */
 export interface SerializedList {
   readonly representations: Readonly<Record<Coding, Representation>>
+  /** Starts compressing the codings not made yet on libuv's thread pool (once; then it does nothing). */
+  compressInBackground(): void
 }
 
 /**
@@ -66,23 +68,31 @@ const listBrotli = (json: Buffer) => ({
 
 /**
  * `{"data": records}` as JSON, and compressed at the levels that pay once per snapshot: gzip 9,
- * brotli 10 (brotli 11 costs several times the time for a few per cent). The compression starts on
- * libuv's thread pool when the list is made, beside the request path; a request that needs a
- * coding before it is ready compresses it then (the same bytes: same library, same settings).
+ * brotli 10 (brotli 11 costs several times the time for a few per cent). The compression runs on
+ * libuv's thread pool, beside the request path, from when the list is made, or with `later` from
+ * compressInBackground(); a request that needs a coding before it is ready compresses it then (the
+ * same bytes: same library, same settings).
  */
-export function serializeList (records: readonly unknown[]): SerializedList {
+export function serializeList (records: readonly unknown[], { later = false } = {}): SerializedList {
   const json = Buffer.from(JSON.stringify({ data: records }))
   const identity = representList(json, 'identity')
   const compressed: Partial<Record<'gzip' | 'br', Representation>> = {}
-  gzip(json, LIST_GZIP, (error, body) => { if (!error) compressed.gzip ??= representList(body, 'gzip') })
-  brotliCompress(json, listBrotli(json), (error, body) => { if (!error) compressed.br ??= representList(body, 'br') })
-  return {
+  let started = false
+  const list: SerializedList = {
     representations: {
       identity,
       get gzip () { return (compressed.gzip ??= representList(gzipSync(json, LIST_GZIP), 'gzip')) },
       get br () { return (compressed.br ??= representList(brotliCompressSync(json, listBrotli(json)), 'br')) }
+    },
+    compressInBackground () {
+      if (started) return
+      started = true
+      if (compressed.gzip === undefined) gzip(json, LIST_GZIP, (error, body) => { if (!error) compressed.gzip ??= representList(body, 'gzip') })
+      if (compressed.br === undefined) brotliCompress(json, listBrotli(json), (error, body) => { if (!error) compressed.br ??= representList(body, 'br') })
     }
   }
+  if (!later) list.compressInBackground()
+  return list
 }
 
 // Below this a page is sent as it is: the compressed form would save a few bytes for the same cost.
@@ -90,57 +100,121 @@ const COMPRESS_FROM_BYTES = 1024
 const PAGE_GZIP = { level: 6 }
 const PAGE_BROTLI = { [zlib.BROTLI_PARAM_QUALITY]: 4, [zlib.BROTLI_PARAM_MODE]: zlib.BROTLI_MODE_TEXT }
 
-/** A page of a list that the snapshot holds by digest; its body is made only when it is sent. */
-export interface PageSource {
-  json: Buffer
+/** A list that the snapshot holds by digest, whose pages are made only when asked for. */
+export interface Paged {
   /** Changes whenever an item of the whole list changes; the same on every replica. */
-  digest: string
+  readonly digest: string
+  /** The page's JSON, in memory of its own (the cache counts its length). */
+  page(offset: number, limit: number): Buffer
+}
+
+/** A representation and the headers of its answers, made together once. */
+interface Answer {
+  readonly representation: Representation
+  readonly headers: AnswerHeaders
 }
 
 /**
- * Compressed pages, by tag, up to this many bytes of them: the pages clients ask for again (the
- * first pages of the organizations in use) are compressed once, not on every request.
+ * The pages an app keeps, up to this many bytes: their bodies in each coding asked for, and
+ * ANSWER_BYTES for the objects of each answer.
  */
-export const COMPRESSED_PAGES_MAX_BYTES = 16 * 1024 * 1024
+export const PAGE_CACHE_MAX_BYTES = 16 * 1024 * 1024
 
-/** The compressed pages an app keeps, by tag: least recently used out first. */
-export type CompressedPages = LRUCache<string, Buffer>
+/**
+ * What the objects of a kept answer take besides its body (the key, the cache's entry, the tag, two
+ * header objects, the body's buffer object), counted above what they were measured to take
+ * (docs/performance.md, "How the data is held"), so that pages of a few members, which are mostly
+ * these objects, keep the bound too.
+ */
+const ANSWER_BYTES = 1024
 
-export function compressedPages (maxBytes = COMPRESSED_PAGES_MAX_BYTES): CompressedPages {
-  return new LRUCache<string, Buffer>({ maxSize: maxBytes, sizeCalculation: (body) => body.length })
+/** A page's answers in the codings asked for so far; `identity` is made with the entry. */
+class PageAnswers {
+  gzip: Answer | undefined
+  br: Answer | undefined
+  /** What the cache counts: ANSWER_BYTES for each answer, and the bodies made. */
+  bytes: number
+
+  constructor (readonly json: Buffer, readonly identity: Answer) {
+    this.bytes = ANSWER_BYTES + json.length
+  }
 }
 
 /**
  * A page in the coding the client prefers, tagged without hashing it: the list's digest, the
  * page's bounds and the coding name the bytes, so two replicas with the same data give the same
- * tag, and any change of the list gives a new one. The body is compressed only when read (a
- * 304 needs none), and kept by its tag in `cache` (the tag names its bytes: a page kept never goes
- * stale): synchronous zlib at fast levels (gzip 6, brotli 4), since a stream or the thread pool
- * costs more than the compression itself at this size.
+ * tag, and any change of the list gives a new one. The body is compressed only when read (a 304
+ * needs none): synchronous zlib at fast levels (gzip 6, brotli 4), since a stream or the thread
+ * pool costs more than the compression itself at this size.
  */
-export class PageRepresentation implements Representation {
-  readonly etag: string
-  readonly coding: Coding
-  readonly #json: Buffer
-  readonly #cache: CompressedPages
+class CompressedPage implements Representation {
+  #body: Buffer | undefined
 
-  constructor ({ json, digest }: PageSource, offset: number, limit: number, accepted: Coding, cache: CompressedPages) {
-    this.#json = json
-    this.#cache = cache
-    this.coding = json.length < COMPRESS_FROM_BYTES ? 'identity' : accepted
-    this.etag = `"${digest}.${offset}.${limit}.${this.coding}"`
-  }
+  constructor (readonly etag: string, readonly coding: 'gzip' | 'br', readonly json: Buffer, readonly made: (body: Buffer) => void) {}
 
   get body (): Buffer {
-    if (this.coding === 'identity') return this.#json
-    let body = this.#cache.get(this.etag)
-    if (body === undefined) {
-      const json = this.#json
-      body = exactCopy(this.coding === 'gzip'
+    if (this.#body === undefined) {
+      const json = this.json
+      this.#body = exactCopy(this.coding === 'gzip'
         ? gzipSync(json, PAGE_GZIP)
         : brotliCompressSync(json, { params: { ...PAGE_BROTLI, [zlib.BROTLI_PARAM_SIZE_HINT]: json.length } }))
-      this.#cache.set(this.etag, body)
+      this.made(this.#body)
     }
-    return body
+    return this.#body
+  }
+}
+
+/**
+ * Pages of lists, kept whole as they are sent (the bodies, their tags, their headers) by the list's
+ * digest and the page's bounds, least recently used out first: a page asked for again costs a
+ * lookup, as a list does, instead of being joined, tagged and given headers on every request. The
+ * key names the bytes (the digest changes with any item of the list), so a page kept never goes
+ * stale: a changed list is asked for by another key, and its old pages age out. `vary` as for
+ * answerHeaders.
+ */
+export class PageCache {
+  readonly #entries: LRUCache<string, PageAnswers>
+  readonly #vary: string
+
+  constructor (vary: string, maxBytes = PAGE_CACHE_MAX_BYTES) {
+    this.#vary = vary
+    this.#entries = new LRUCache<string, PageAnswers>({ maxSize: maxBytes, sizeCalculation: (answers) => answers.bytes })
+  }
+
+  /** The page's answer in `accepted`, or uncompressed when the page is too small to gain from it. */
+  answer (list: Paged, offset: number, limit: number, accepted: Coding): Answer {
+    const key = `${list.digest}.${offset}.${limit}`
+    let answers = this.#entries.get(key)
+    if (answers === undefined) {
+      const json = list.page(offset, limit)
+      const identity = { body: json, coding: 'identity', etag: `"${key}.identity"` } as const
+      answers = new PageAnswers(json, { representation: identity, headers: answerHeaders(identity, this.#vary) })
+      this.#entries.set(key, answers)
+    }
+    if (accepted === 'identity' || answers.json.length < COMPRESS_FROM_BYTES) return answers.identity
+    let answer = answers[accepted]
+    if (answer === undefined) {
+      const kept = answers
+      const compressed = new CompressedPage(`"${key}.${accepted}"`, accepted, kept.json, (body) => this.#grow(key, kept, body.length))
+      answers[accepted] = answer = { representation: compressed, headers: answerHeaders(compressed, this.#vary) }
+      this.#grow(key, kept, ANSWER_BYTES)
+    }
+    return answer
+  }
+
+  /**
+   * Counts `bytes` more for a page: set() of the entry already there would keep its size, so it is
+   * set anew. A page evicted meanwhile is not brought back.
+   */
+  #grow (key: string, answers: PageAnswers, bytes: number) {
+    answers.bytes += bytes
+    if (this.#entries.peek(key) !== answers) return
+    this.#entries.delete(key)
+    this.#entries.set(key, answers)
+  }
+
+  /** The pages kept, and the bytes counted for them. */
+  get usage (): { pages: number, bytes: number } {
+    return { pages: this.#entries.size, bytes: this.#entries.calculatedSize }
   }
 }

@@ -1,7 +1,7 @@
 import { execFile, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync } from 'node:fs'
-import { chmod, copyFile, mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
+import { chmod, copyFile, mkdir, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -23,6 +23,9 @@ describe('the Dockerfile', () => {
 })
 
 const seconds = (duration: string | undefined) => Number(/^(\d+)s$/.exec(duration ?? '')?.[1] ?? Number.NaN)
+
+/** The image's ENV, its one path (the compile cache) where the rebuild put it. */
+const imageEnv = (stage: Stage) => ({ ...stage.env, NODE_COMPILE_CACHE: hostPath(stage, stage.env.NODE_COMPILE_CACHE ?? '') })
 
 describe('the container image, rebuilt without Docker (test/image.ts)', () => {
   const postgres = sharedPostgres()
@@ -56,7 +59,7 @@ describe('the container image, rebuilt without Docker (test/image.ts)', () => {
     expect((await readdir(app)).sort()).toEqual(['dist', 'docs', 'fixtures', 'migrations', 'node_modules', 'package-lock.json', 'package.json'])
     expect(await readdir(join(app, 'docs'))).toEqual(['runbook.md'])
     expect((await readdir(join(app, 'migrations'))).sort()).toEqual((await readdir('migrations')).sort())
-    expect(runtime.runs).toEqual([expect.stringMatching(/^npm ci --omit=dev( |$)/)])
+    expect(runtime.runs).toEqual([expect.stringMatching(/^npm ci --omit=dev( |$)/), expect.stringMatching(/^node dist\/cli\/compile-cache\.js /)])
     for (const name of Object.keys(packageJson.dependencies)) expect(existsSync(join(app, 'node_modules', name)), name).toBe(true)
     // A dev dependency that production code also needs (ajv, through fastify) is rightly there.
     const lock = JSON.parse(await readFile('package-lock.json', 'utf8')) as { packages: Record<string, { dev?: boolean }> }
@@ -87,6 +90,37 @@ describe('the container image, rebuilt without Docker (test/image.ts)', () => {
     expect(runtime.healthcheck?.cmd[0]).toBe('node')
   })
 
+  it('starts on the compile cache made at build, for the user it runs as, which it only reads', async () => {
+    const runtime = await runtimeStage()
+    const cache = imageEnv(runtime).NODE_COMPILE_CACHE
+    const files = async () => Object.fromEntries(await Promise.all((await readdir(cache, { recursive: true })).map(async (file) => {
+      const { uid, mode, mtimeMs, size } = await stat(join(cache, file))
+      return [file, { uid, mode: (mode & 0o777).toString(8), mtimeMs, size }] as const
+    })))
+    const before = await files()
+    // One folder, named after the Node.js version and the user the cache is for.
+    const user = process.getuid?.() === 0 ? { uid: 1000, gid: 1000 } : {}
+    const folders = await readdir(cache)
+    expect(folders).toEqual([expect.stringMatching(new RegExp(`^v${process.versions.node}-.+-${user.uid ?? process.getuid!()}$`))])
+    // Root's, and readable by the user who runs the server (where the tests run as root, as in the image).
+    if (user.uid !== undefined) {
+      for (const [file, { uid, mode }] of Object.entries(before)) expect([file, uid, mode]).toEqual([file, 0, file.includes('/') ? '644' : '755'])
+    }
+    const bin = join(workspace, 'node-bin-cache')
+    await mkdir(bin, { mode: 0o755 })
+    await copyFile(process.execPath, join(bin, 'node'))
+    await chmod(join(bin, 'node'), 0o755)
+    const { stderr } = await new Promise<{ stderr: string }>((resolve, reject) => {
+      execFile(join(bin, 'node'), ['dist/server.js', '--help'], { cwd: hostPath(runtime, '.'), env: { ...imageEnv(runtime), NODE_DEBUG_NATIVE: 'COMPILE_CACHE' }, ...user },
+        (error, _stdout, stderr) => error ? reject(error) : resolve({ stderr }))
+    })
+    // Every module a start loads was found in the cache: the bundle, its chunks, the packages left out of it.
+    expect(stderr).toMatch(/V8 code cache for ESM file:\/\/\S*\/dist\/main\.js was accepted/)
+    expect(stderr).toMatch(/V8 code cache for CommonJS \S*\/node_modules\/pino\/pino\.js was accepted/)
+    expect(stderr).not.toMatch(/was not initialized|permission denied|rejected/)
+    expect(await files()).toEqual(before)
+  })
+
   it('starts as its CMD does, passes its HEALTHCHECK, serves the probes and the operations, and exits 0 on SIGTERM', async () => {
     const runtime = await runtimeStage()
     const { cmd, healthcheck } = runtime
@@ -101,7 +135,7 @@ describe('the container image, rebuilt without Docker (test/image.ts)', () => {
     await mkdir(bin, { mode: 0o755 })
     await copyFile(process.execPath, join(bin, 'node'))
     await chmod(join(bin, 'node'), 0o755)
-    const env = { PATH: `${bin}:${process.env.PATH ?? ''}`, ...runtime.env, PORT: String(port) }
+    const env = { PATH: `${bin}:${process.env.PATH ?? ''}`, ...imageEnv(runtime), PORT: String(port) }
     // The image runs as node (uid 1000) over files that root owns. Where the tests run as root, do
     // the same, so that a server writing into its own folder fails here as it would in the image.
     const user = process.getuid?.() === 0 ? { uid: 1000, gid: 1000 } : {}

@@ -270,7 +270,7 @@ export function closeFileApps () {
 export function failingSnapshots (
   data: DirectoryData = makeData(),
   failure = new Error('the data layer failed'),
-  parts: Array<ListKind | 'memberPage'> = [...LIST_KINDS, 'memberPage']
+  parts: Array<ListKind | 'members'> = [...LIST_KINDS, 'members']
 ): ReturnType<typeof snapshotsOf> {
   const broken = () => { throw failure }
   const snapshots = snapshotsOf(data)
@@ -282,7 +282,7 @@ export function failingSnapshots (
       const served = snapshots.current()
       view ??= Object.assign(Object.create(served) as Snapshot, {
         list: (kind: ListKind) => parts.includes(kind) ? broken() : served.list(kind),
-        ...parts.includes('memberPage') ? { memberPage: broken } : {}
+        ...parts.includes('members') ? { members: broken } : {}
       })
       return view
     }

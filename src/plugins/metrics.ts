@@ -1,7 +1,8 @@
 import fp from 'fastify-plugin'
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
+import { Counter, Gauge, Registry, collectDefaultMetrics } from './prometheus.js'
 import type { FastifyInstance, FastifyReply, FastifyRequest, onResponseHookHandler } from 'fastify'
 import type { Snapshots } from '../repositories/lifecycle.js'
+import type { PageCache } from '../representation.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -39,7 +40,7 @@ let processRegistry: Registry | undefined
 function processMetrics () {
   if (processRegistry === undefined) {
     processRegistry = new Registry()
-    collectDefaultMetrics({ register: processRegistry })
+    collectDefaultMetrics(processRegistry)
     cpuSinceStart(processRegistry)
   }
   return processRegistry
@@ -84,9 +85,6 @@ function durationText (series: Iterable<Series>): string {
  * checked), most of what a young process has used. Same names and help as prom-client's.
  */
 function cpuSinceStart (registry: Registry) {
-  for (const name of ['process_cpu_user_seconds_total', 'process_cpu_system_seconds_total', 'process_cpu_seconds_total']) {
-    registry.removeSingleMetric(name)
-  }
   const system = new Counter({ name: 'process_cpu_system_seconds_total', help: 'Total system CPU time spent in seconds.', registers: [] })
   const total = new Counter({ name: 'process_cpu_seconds_total', help: 'Total user and system CPU time spent in seconds.', registers: [] })
   const user = new Counter({
@@ -110,9 +108,10 @@ function cpuSinceStart (registry: Registry) {
  * request than its per-route timers, and need no Node.js 22.19). Instruments are always created, so
  * that other plugins can count without asking; with `enabled` false nothing is measured per request.
  */
-async function metricsPlugin (app: FastifyInstance, { enabled, snapshots, maxStalenessMs }: { enabled: boolean, snapshots: Snapshots, maxStalenessMs?: number | undefined }) {
+async function metricsPlugin (app: FastifyInstance, { enabled, snapshots, maxStalenessMs, pages }: { enabled: boolean, snapshots: Snapshots, maxStalenessMs?: number | undefined, pages: Pick<PageCache, 'usage'> }) {
   const registry = new Registry()
   snapshotMetrics(registry, snapshots, maxStalenessMs)
+  pageCacheMetrics(registry, pages)
   const rateLimitRefusals = new Counter({
     name: 'rate_limit_refusals_total',
     help: 'Requests refused with 429, by bucket: key (a valid key over its limit) or address (requests without a valid key)',
@@ -215,6 +214,22 @@ async function metricsPlugin (app: FastifyInstance, { enabled, snapshots, maxSta
       done()
     }
     route.onResponse = route.onResponse === undefined ? [measure] : [...[route.onResponse].flat(), measure]
+  })
+}
+
+/** How full the cache of member pages is (representation.ts), read when Prometheus scrapes. */
+function pageCacheMetrics (registry: Registry, pages: Pick<PageCache, 'usage'>) {
+  new Gauge({
+    name: 'directory_page_cache_pages',
+    help: 'Member pages kept as they are sent (their bodies in each coding sent, tags and headers), the least recently used out first',
+    registers: [registry],
+    collect () { this.set(pages.usage.pages) }
+  })
+  new Gauge({
+    name: 'directory_page_cache_bytes',
+    help: 'Bytes counted for the member pages kept: their bodies, and 1 KiB for the objects of each answer kept (one a coding asked for); at most 16 MiB',
+    registers: [registry],
+    collect () { this.set(pages.usage.bytes) }
   })
 }
 

@@ -1,6 +1,6 @@
 import { once } from 'node:events'
 import { isIP, isIPv6 } from 'node:net'
-import { Gauge } from 'prom-client'
+import { Gauge } from './prometheus.js'
 import type { Redis } from 'ioredis'
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { apiKeyOf, type RefusalLimit } from './auth.js'

@@ -20,17 +20,6 @@ const CHUNK_BYTES = 128 * 1024
  */
 let spare: Buffer | undefined
 
-/** A page of an organization's members. */
-export interface MemberPage {
-  /** `{"data": Member[], "total_count": n}` as JSON. */
-  json: Buffer
-  /**
-   * The digest of the organization's members: the same members give the same digest on every
-   * replica, and any change of a member gives another. With the offset and the limit, it names the page.
-   */
-  digest: string
-}
-
 const PAGE_START = Buffer.from('{"data":[')
 const COMMA = 0x2c
 
@@ -135,10 +124,19 @@ export class MemberList {
     return this.ends.length
   }
 
-  /** A page of the members: a slice of their texts between two brackets, whatever their number. */
-  page (offset: number, limit: number): MemberPage {
+  /**
+   * A page of the members, `{"data": Member[], "total_count": n}` as JSON: a slice of their texts
+   * between two brackets, whatever their number, in memory of its own (Buffer.concat would place a
+   * page under 4 KiB in the shared pool, where a cache that keeps it would hold the whole slab).
+   */
+  page (offset: number, limit: number): Buffer {
     this.pageEnd ??= Buffer.from(`],"total_count":${this.length}}`)
-    return { json: Buffer.concat([PAGE_START, this.json(offset, Math.min(offset + limit, this.length)), this.pageEnd]), digest: this.digest }
+    const members = this.json(offset, Math.min(offset + limit, this.length))
+    const page = Buffer.allocUnsafeSlow(PAGE_START.length + members.length + this.pageEnd.length)
+    PAGE_START.copy(page)
+    members.copy(page, PAGE_START.length)
+    this.pageEnd.copy(page, PAGE_START.length + members.length)
+    return page
   }
 
   /** The JSON texts of members `start` to `end` (excluded), comma-separated. */

@@ -26,19 +26,29 @@ export type Loaded<K extends RecordKind> = K extends 'organizations' ? Organizat
 /** One complete set of records, as a source reads it whole (`npm run db -- export`, `npm run check`). */
 export type DirectoryData = { readonly [K in RecordKind]: ReadonlyArray<Loaded<K>> }
 
-// Compiled once: checking a million records takes a fraction of a second this way, and the slower
-// error walk only runs when the data is invalid.
-const checkers = Object.fromEntries(
-  RECORD_KINDS.map((kind) => [kind, TypeCompiler.Compile(Type.Array(KINDS[kind].schema))])
-) as unknown as { [K in RecordKind]: ReturnType<typeof TypeCompiler.Compile<TSchema>> }
+type Checker = ReturnType<typeof TypeCompiler.Compile<TSchema>>
 
-const recordCheckers = Object.fromEntries(
-  RECORD_KINDS.map((kind) => [kind, TypeCompiler.Compile(KINDS[kind].schema)])
-) as unknown as { [K in RecordKind]: ReturnType<typeof TypeCompiler.Compile<TSchema>> }
+/**
+ * Each schema's check compiled once, when first used: checking a million records takes a fraction of
+ * a second this way, and the slower error walk only runs when the data is invalid. Not at start: a
+ * compiled check is code generated and compiled again by every process (no compile cache keeps it),
+ * and a start with files uses only the checks of single records.
+ */
+function compiledOnce (schemaOf: (kind: RecordKind) => TSchema): (kind: RecordKind) => Checker {
+  const compiled = new Map<RecordKind, Checker>()
+  return (kind) => {
+    let checker = compiled.get(kind)
+    if (checker === undefined) compiled.set(kind, checker = TypeCompiler.Compile(schemaOf(kind)))
+    return checker
+  }
+}
+
+const checkerOf = compiledOnce((kind) => Type.Array(KINDS[kind].schema))
+const recordCheckerOf = compiledOnce((kind) => KINDS[kind].schema)
 
 /** The records of one kind, or a DataError `where: [index].field: problem`. */
 export function validateRecords<K extends RecordKind> (kind: K, value: unknown, where: string): Records<K> {
-  const checker = checkers[kind]
+  const checker = checkerOf(kind)
   if (!checker.Check(value)) {
     throw new DataError(`${where}: ${describeErrors(checker.Errors(value)) ?? 'invalid'}`)
   }
@@ -71,9 +81,9 @@ export function maxBytes (schema: TSchema): number | undefined {
 
 /** What is wrong with record `index` of a kind (`[5].field: problem`); undefined when it is valid. */
 export function recordProblem (kind: RecordKind, value: unknown, index: number): string | undefined {
-  const checker = recordCheckers[kind]
-  if (fastChecks[kind]?.(value) ?? checker.Check(value)) return undefined
-  return locate(`[${index}]`, describeErrors(checker.Errors(value)))
+  const fast = fastChecks[kind]
+  if (fast === undefined ? recordCheckerOf(kind).Check(value) : fast(value)) return undefined
+  return locate(`[${index}]`, describeErrors(recordCheckerOf(kind).Errors(value)))
 }
 
 function locate (at: string, described: string | undefined): string {
@@ -82,13 +92,15 @@ function locate (at: string, described: string | undefined): string {
   return `${at}${problem.startsWith('[') ? '' : '.'}${problem}`
 }
 
-const memberChecker = TypeCompiler.Compile(MemberSchema)
+let memberChecker: Checker | undefined
 
 /**
  * What is wrong with a member (member `index` of organization `organization`), naming where it is
  * (`[0].members[5].role: ...`); undefined when it is valid.
  */
 export function memberProblem (value: unknown, organization: number, index: number): string | undefined {
+  // Compiled when first used, as checkerOf's.
+  memberChecker ??= TypeCompiler.Compile(MemberSchema)
   if (memberChecker.Check(value)) return undefined
   return locate(`[${organization}].members[${index}]`, describeErrors(memberChecker.Errors(value)))
 }

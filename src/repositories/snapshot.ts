@@ -4,10 +4,10 @@ import { LayeredMap } from './layered-map.js'
 import { KeyTable, KeyTableBuilder, asPrevious, expiryOf, hashOfKey, isPreviousSecret, sameKey } from './key-table.js'
 import { createSlicer } from './slices.js'
 import { type Loaded, type Organization } from './records.js'
-import { KINDS, RECORD_KINDS, type RecordKind } from '../registry.js'
+import { KINDS, LIST_KINDS, RECORD_KINDS, type RecordKind } from '../registry.js'
 import type { Change, RefusedKeys, Whole } from './source.js'
 import { serializeList, type SerializedList } from '../representation.js'
-import type { MemberPage } from './member-list.js'
+import type { MemberList } from './member-list.js'
 import type { ListKind } from '../registry.js'
 
 /** A list served whole (providers, endpoints): its records and its body, serialized once. */
@@ -95,10 +95,14 @@ export class Snapshot {
     return isPreviousSecret(key)
   }
 
-  /** A page of the organization's members, or undefined when the organization does not exist or is refused. */
-  memberPage (organizationId: string, offset: number, limit: number): MemberPage | undefined {
-    const organization = this.indexes.organizations.byKey.get(organizationId)
-    return organization?.members.page(offset, limit)
+  /** The organization's members, or undefined when the organization does not exist or is refused. */
+  members (organizationId: string): MemberList | undefined {
+    return this.indexes.organizations.byKey.get(organizationId)?.members
+  }
+
+  /** Starts compressing the lists on the thread pool, in the codings not made yet. */
+  compressLists () {
+    for (const kind of LIST_KINDS) this.list(kind).compressInBackground()
   }
 
   /** Whether the source holds the organization but its records were refused, so that it is not served. */
@@ -150,7 +154,11 @@ export async function applyChange<K extends RecordKind> (previous: Index<K> | un
       if (!('all' in change)) throw new Error(`${kind} change as a whole list`)
       const records = change.all as readonly unknown[]
       const { served } = KINDS[kind] as { served?: { record: (record: unknown) => unknown } }
-      return { records, list: serializeList(served === undefined ? records : records.map(served.record)) } as unknown as Index<K>
+      // The first snapshot's lists are compressed once the server has answered (Snapshot.compressLists),
+      // not while the process starts: on one core, a container's limit, the thread pool took the core
+      // from the start (brotli 10 of the bundled lists).
+      const list = serializeList(served === undefined ? records : records.map(served.record), { later: previous === undefined })
+      return { records, list } as unknown as Index<K>
     }
     case 'organizations':
       return await applyOrganizations(previous as OrganizationIndex | undefined, change as Change<'organizations'>) as Index<K>

@@ -42,7 +42,7 @@ describe('the error shape', () => {
   it('answers 500 with a generic message when the data layer fails, and logs the cause with the request id', async () => {
     const failure = new Error('disk on fire at /var/secret/path')
     const logs = captureLogs()
-    const app = build({ snapshots: failingSnapshots(makeData(), failure, ['providers', 'memberPage']), log: logs.log })
+    const app = build({ snapshots: failingSnapshots(makeData(), failure, ['providers', 'members']), log: logs.log })
     for (const url of ['/v1/providers', '/v1/organization/members']) {
       const res = await app.inject({ url, headers: bearer(KEYS.alphaManagement) })
       expect(res.statusCode).toBe(500)

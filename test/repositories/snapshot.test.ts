@@ -158,7 +158,7 @@ describe('organizations refused in a snapshot', () => {
     const [alpha, beta] = data.organizations as [Organization, Organization]
     const problem = 'table members, organization_id "org_beta": more than 100000 members, the most an organization may have'
     const started = await createSnapshot({ ...data, organizations: [alpha] }, 1, { organizations: new Map([['org_beta', problem]]) })
-    expect(started.memberPage('org_beta', 0, 10)).toBeUndefined()
+    expect(started.members('org_beta')).toBeUndefined()
     expect(started.isRefused('org_beta')).toBe(true)
     expect(started.isRefused('org_nope')).toBe(false)
     // A change that refuses another and removes one keeps the first refused.
@@ -167,7 +167,7 @@ describe('organizations refused in a snapshot', () => {
     // A change that names it and does not refuse it serves it.
     const served = named.withIndex('organizations', withRecords(named.indexes.organizations, [beta], []), 3)
     expect(served.isRefused('org_beta')).toBe(false)
-    expect(JSON.parse(served.memberPage('org_beta', 0, 10)!.json.toString()).total_count).toBe(beta.members.length)
+    expect(JSON.parse(served.members('org_beta')!.page(0, 10).toString()).total_count).toBe(beta.members.length)
     expect(served.isRefused('org_alpha')).toBe(true)
     // A whole read says all there is: none refused but those it refuses.
     const whole = served.withIndex('organizations', await applyChange(served.indexes.organizations, { kind: 'organizations', all: [alpha, beta] }), 4)

@@ -68,13 +68,13 @@ const organizationRoutes: FastifyPluginAsyncTypebox<{ send: Senders }> = async (
   }, (request, reply) => {
     const organizationId = apiKeyOf(request).organization_id
     const { offset, limit } = request.query
-    const page = request.snapshot.memberPage(organizationId, offset, limit)
-    if (page === undefined) {
+    const members = request.snapshot.members(organizationId)
+    if (members === undefined) {
       if (!request.snapshot.isRefused(organizationId)) throw new OrganizationNotFound(organizationId)
       reply.code(500).send(errorBody(500, refusedOrganization(organizationId)))
       return
     }
-    send.sendPage(request, reply, page, offset, limit)
+    send.sendPage(request, reply, members, offset, limit)
   })
 }
 

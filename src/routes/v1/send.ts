@@ -1,6 +1,6 @@
 import Negotiator from 'negotiator'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { PageRepresentation, answerHeaders, compressedPages, type AnswerHeaders, type Coding, type PageSource, type Representation, type SerializedList } from '../../representation.js'
+import { PageCache, answerHeaders, type AnswerHeaders, type Coding, type Paged, type Representation, type SerializedList } from '../../representation.js'
 import { memoize } from '../../memoize.js'
 
 /** How a route sends its lists and pages. */
@@ -11,17 +11,17 @@ export interface Senders {
    * the scope, errors included.)
    */
   sendList(request: FastifyRequest, reply: FastifyReply, list: SerializedList): FastifyReply
-  /** Sends a page of a list, tagged by the list's version and the page's bounds, compressed only for a 200. */
-  sendPage(request: FastifyRequest, reply: FastifyReply, page: PageSource, offset: number, limit: number): FastifyReply
+  /** Sends a page of a list, tagged by the list's digest and the page's bounds, compressed only for a 200. */
+  sendPage(request: FastifyRequest, reply: FastifyReply, list: Paged, offset: number, limit: number): FastifyReply
 }
 
 /**
  * The senders of an app whose answers vary on `vary`: each list representation's headers are made
- * once, on its first answer (a snapshot's lists live as long as it does: a WeakMap lets them go).
+ * once, on its first answer (a snapshot's lists live as long as it does: a WeakMap lets them go);
+ * each page's, with its bodies, once while its cache keeps it.
  */
-export function createSenders (vary: string): Senders {
+export function createSenders (vary: string, pages: PageCache): Senders {
   const listHeaders = new WeakMap<Representation, AnswerHeaders>()
-  const pages = compressedPages()
   function headersOfList (representation: Representation): AnswerHeaders {
     let headers = listHeaders.get(representation)
     if (headers === undefined) listHeaders.set(representation, headers = answerHeaders(representation, vary))
@@ -32,9 +32,9 @@ export function createSenders (vary: string): Senders {
       const representation = list.representations[negotiate(request.headers['accept-encoding'])]
       return send(request, reply, representation, headersOfList(representation))
     },
-    sendPage (request, reply, page, offset, limit) {
-      const representation = new PageRepresentation(page, offset, limit, negotiate(request.headers['accept-encoding']), pages)
-      return send(request, reply, representation, answerHeaders(representation, vary))
+    sendPage (request, reply, list, offset, limit) {
+      const { representation, headers } = pages.answer(list, offset, limit, negotiate(request.headers['accept-encoding']))
+      return send(request, reply, representation, headers)
     }
   }
 }

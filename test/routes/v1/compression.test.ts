@@ -1,9 +1,7 @@
 import { request as httpRequest } from 'node:http'
 import { brotliDecompressSync, gunzipSync } from 'node:zlib'
 import { describe, expect, it } from 'vitest'
-import { KEYS, bearer, build, makeData, snapshotsOf } from '../../helper.js'
-import { MemberList } from '../../../src/repositories/member-list.js'
-import { PageRepresentation, compressedPages } from '../../../src/representation.js'
+import { KEYS, bearer, build } from '../../helper.js'
 
 function decode (body: Buffer, coding: unknown): string {
   if (coding === 'gzip') return gunzipSync(body).toString()
@@ -142,47 +140,6 @@ describe('compressed member pages', () => {
     const res = await get('?limit=500', { 'accept-encoding': 'gzip' })
     expect(res.statusCode).toBe(400)
     expect(res.headers['content-encoding']).toBeUndefined()
-  })
-
-  it.each(['gzip', 'br'])('sends a page compressed (%s) before a change of its members, then the changed page, never one kept from before', async (coding) => {
-    const snapshots = snapshotsOf(makeData())
-    await snapshots.ready
-    app = build({ snapshots })
-    const before = await get('?offset=0&limit=100', { 'accept-encoding': coding })
-    expect(await get('?offset=0&limit=100', { 'accept-encoding': coding })).toMatchObject({ rawPayload: before.rawPayload })
-    const changed = makeData()
-    const members = changed.organizations[0]!.members.slice()
-    members[5] = { ...members[5]!, email: 'changed@alpha.example' }
-    await snapshots.install({ ...changed, organizations: [{ ...changed.organizations[0]!, members: MemberList.of(members) }, changed.organizations[1]!] })
-    const after = await get('?offset=0&limit=100', { 'accept-encoding': coding })
-    expect(after.headers.etag).not.toBe(before.headers.etag)
-    expect(JSON.parse(decode(after.rawPayload, coding)).data[5].email).toBe('changed@alpha.example')
-  })
-
-  it('keeps compressed pages up to a bound in bytes, the least recently used out first', () => {
-    const cache = compressedPages(64 * 1024)
-    const page = (i: number) => ({ json: Buffer.from(JSON.stringify({ data: Array.from({ length: 100 }, (_, k) => ({ id: `user_${i}_${k}`, n: Math.sin(i * k) })) })), digest: `v${i}` })
-    const bodies = Array.from({ length: 200 }, (_, i) => new PageRepresentation(page(i), 0, 100, 'gzip', cache).body)
-    expect(cache.calculatedSize).toBeLessThanOrEqual(64 * 1024)
-    expect(cache.size).toBeGreaterThan(0)
-    expect(cache.size).toBeLessThan(200)
-    // The last page is kept, the first is gone, and what is kept is what was sent.
-    expect(cache.get(new PageRepresentation(page(199), 0, 100, 'gzip', cache).etag)).toBe(bodies[199])
-    expect(cache.has(new PageRepresentation(page(0), 0, 100, 'gzip', cache).etag)).toBe(false)
-  })
-
-  it('holds no more memory than the bound it counts, in either coding', () => {
-    const cache = compressedPages(64 * 1024)
-    const page = (i: number) => ({ json: Buffer.from(JSON.stringify({ data: Array.from({ length: 100 }, (_, k) => ({ id: `user_${i}_${k}`, email: `m${k}@org${i}.example` })) })), digest: `v${i}` })
-    for (let i = 0; i < 200; i++) {
-      for (const coding of ['gzip', 'br'] as const) void new PageRepresentation(page(i), 0, 100, coding, cache).body
-    }
-    // What a kept body holds on to: zlib hands back a view of its whole output chunk (64 KiB) for a
-    // body of 1 KB, and the bound counted the view.
-    let held = 0
-    for (const body of cache.values()) held += body.buffer.byteLength
-    expect(cache.size).toBeGreaterThan(10)
-    expect(held).toBeLessThanOrEqual(64 * 1024)
   })
 })
 
