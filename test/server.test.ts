@@ -94,8 +94,8 @@ describe('the start lines', () => {
         cors_origins: ['https://dash.example', 'https://admin.example:8443'],
         trusted_proxies: '10.0.0.0/8, 127.0.0.1'
       })
-      // The password was right: Redis counted, and never refused.
-      expect(output).not.toContain('rate-limit store (Redis) unavailable')
+      // The password was right: Redis never refused it (a command timed out on a busy machine is no refusal).
+      expect(output).not.toMatch(/NOAUTH|WRONGPASS|invalid password/i)
       expect(output).not.toContain('s3cret-pw')
     })
 
