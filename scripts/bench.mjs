@@ -689,7 +689,7 @@ async function main () {
     ['the same without the compile cache (`NODE_DISABLE_COMPILE_CACHE=1`)', starts.cold]
   ]) print(`| ${label} | ${fmt(least)} ms | ${fmt(middle)} ms | ${fmt(most)} ms |`)
   print()
-  print(`The cache of member pages, filled past its bound of 16 MiB (bodies in each coding sent, 1 KiB for the objects of each): ${fmt(cachePages)}`)
+  print(`The cache of member pages, filled past its bound of 16 MiB (bodies in each coding sent, 1.5 KiB for the objects of each answer): ${fmt(cachePages)}`)
   print(`distinct pages of 100 (each in gzip and br) of the organization of ${fmt(LARGE_MEMBERS)} members, asked for 8 at a time.`)
   print()
   print('| RSS before | RSS after | Growth |')

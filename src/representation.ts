@@ -30,7 +30,7 @@ const JSON_TYPE = 'application/json; charset=utf-8'
  * operation, compressed or not (Accept-Encoding, and Origin with CORS), so that a cache never hands
  * a compressed body to a client that cannot read it.
  */
-export function answerHeaders ({ etag, coding }: Representation, vary: string): AnswerHeaders {
+export function answerHeaders ({ etag, coding }: Pick<Representation, 'etag' | 'coding'>, vary: string): AnswerHeaders {
   const notModified = { etag, vary }
   const ok: Headers = coding === 'identity'
     ? { 'content-type': JSON_TYPE, ...notModified }
@@ -106,17 +106,13 @@ export interface Paged {
   readonly digest: string
   /** The page's JSON, in memory of its own (the cache counts its length). */
   page(offset: number, limit: number): Buffer
-}
-
-/** A representation and the headers of its answers, made together once. */
-interface Answer {
-  readonly representation: Representation
-  readonly headers: AnswerHeaders
+  /** The length of page(offset, limit), without making it. */
+  pageLength(offset: number, limit: number): number
 }
 
 /**
- * The pages an app keeps, up to this many bytes: their bodies in each coding asked for, and
- * ANSWER_BYTES for the objects of each answer.
+ * The pages an app keeps, up to this many bytes: their bodies in each coding sent, and ANSWER_BYTES
+ * for the objects of each answer.
  */
 export const PAGE_CACHE_MAX_BYTES = 16 * 1024 * 1024
 
@@ -126,51 +122,59 @@ export const PAGE_CACHE_MAX_BYTES = 16 * 1024 * 1024
  * (docs/performance.md, "How the data is held"), so that pages of a few members, which are mostly
  * these objects, keep the bound too.
  */
-const ANSWER_BYTES = 1024
-
-/** A page's answers in the codings asked for so far; `identity` is made with the entry. */
-class PageAnswers {
-  gzip: Answer | undefined
-  br: Answer | undefined
-  /** What the cache counts: ANSWER_BYTES for each answer, and the bodies made. */
-  bytes: number
-
-  constructor (readonly json: Buffer, readonly identity: Answer) {
-    this.bytes = ANSWER_BYTES + json.length
-  }
-}
+const ANSWER_BYTES = 1536
 
 /**
- * A page in the coding the client prefers, tagged without hashing it: the list's digest, the
- * page's bounds and the coding name the bytes, so two replicas with the same data give the same
- * tag, and any change of the list gives a new one. The body is compressed only when read (a 304
- * needs none): synchronous zlib at fast levels (gzip 6, brotli 4), since a stream or the thread
- * pool costs more than the compression itself at this size.
+ * A page's answer in one coding: its tag and headers at once, its body when a 200 first needs it
+ * (a 304 needs none), then kept. A page's tag is made without hashing it: the list's digest, the
+ * page's bounds and the coding name the bytes, so two replicas with the same data give the same tag,
+ * and any change of the list gives a new one. A compressed body is made with synchronous zlib at fast
+ * levels (gzip 6, brotli 4), since a stream or the thread pool costs more than the compression itself
+ * at this size.
  */
-class CompressedPage implements Representation {
+class PageAnswer {
+  readonly etag: string
+  readonly headers: AnswerHeaders
   #body: Buffer | undefined
 
-  constructor (readonly etag: string, readonly coding: 'gzip' | 'br', readonly json: Buffer, readonly made: (body: Buffer) => void) {}
+  constructor (key: string, readonly coding: Coding, vary: string, private readonly offset: number, private readonly limit: number, private readonly kept: (bytes: number) => void) {
+    this.etag = `"${key}.${coding}"`
+    this.headers = answerHeaders(this, vary)
+  }
 
-  get body (): Buffer {
+  /** The body, made from `list` (any list of the page's digest: they hold the same bytes) the first time. */
+  body (list: Paged): Buffer {
     if (this.#body === undefined) {
-      const json = this.json
-      this.#body = exactCopy(this.coding === 'gzip'
-        ? gzipSync(json, PAGE_GZIP)
-        : brotliCompressSync(json, { params: { ...PAGE_BROTLI, [zlib.BROTLI_PARAM_SIZE_HINT]: json.length } }))
-      this.made(this.#body)
+      const json = list.page(this.offset, this.limit)
+      this.#body = this.coding === 'identity'
+        ? json
+        : exactCopy(this.coding === 'gzip'
+          ? gzipSync(json, PAGE_GZIP)
+          : brotliCompressSync(json, { params: { ...PAGE_BROTLI, [zlib.BROTLI_PARAM_SIZE_HINT]: json.length } }))
+      this.kept(this.#body.length)
     }
     return this.#body
   }
 }
 
+/** A page's answers in the codings asked for so far. */
+interface PageAnswers {
+  /** Whether the page is long enough to be sent compressed. */
+  readonly compressible: boolean
+  identity?: PageAnswer
+  gzip?: PageAnswer
+  br?: PageAnswer
+  /** What the cache counts: ANSWER_BYTES for each answer, and the bodies made. */
+  bytes: number
+}
+
 /**
- * Pages of lists, kept whole as they are sent (the bodies, their tags, their headers) by the list's
- * digest and the page's bounds, least recently used out first: a page asked for again costs a
- * lookup, as a list does, instead of being joined, tagged and given headers on every request. The
- * key names the bytes (the digest changes with any item of the list), so a page kept never goes
- * stale: a changed list is asked for by another key, and its old pages age out. `vary` as for
- * answerHeaders.
+ * Pages of lists, kept as they are sent (the bodies, their tags, their headers) by the list's digest
+ * and the page's bounds, least recently used out first: a page asked for again costs a lookup, as a
+ * list does, instead of being joined, tagged and given headers on every request. The key names the
+ * bytes (the digest changes with any item of the list), so a page kept never goes stale: a changed
+ * list is asked for by another key, and its old pages age out. A body is kept in the codings it was
+ * sent in, so that a page sent compressed only holds no uncompressed copy. `vary` as for answerHeaders.
  */
 export class PageCache {
   readonly #entries: LRUCache<string, PageAnswers>
@@ -181,23 +185,18 @@ export class PageCache {
     this.#entries = new LRUCache<string, PageAnswers>({ maxSize: maxBytes, sizeCalculation: (answers) => answers.bytes })
   }
 
-  /** The page's answer in `accepted`, or uncompressed when the page is too small to gain from it. */
-  answer (list: Paged, offset: number, limit: number, accepted: Coding): Answer {
+  /** The page's answer in `accepted`, or uncompressed when the page is too short to gain from it. */
+  answer (list: Paged, offset: number, limit: number, accepted: Coding): PageAnswer {
     const key = `${list.digest}.${offset}.${limit}`
-    let answers = this.#entries.get(key)
-    if (answers === undefined) {
-      const json = list.page(offset, limit)
-      const identity = { body: json, coding: 'identity', etag: `"${key}.identity"` } as const
-      answers = new PageAnswers(json, { representation: identity, headers: answerHeaders(identity, this.#vary) })
-      this.#entries.set(key, answers)
-    }
-    if (accepted === 'identity' || answers.json.length < COMPRESS_FROM_BYTES) return answers.identity
-    let answer = answers[accepted]
+    const kept = this.#entries.get(key)
+    const answers = kept ?? { compressible: list.pageLength(offset, limit) >= COMPRESS_FROM_BYTES, bytes: 0 }
+    const coding = answers.compressible ? accepted : 'identity'
+    let answer = answers[coding]
     if (answer === undefined) {
-      const kept = answers
-      const compressed = new CompressedPage(`"${key}.${accepted}"`, accepted, kept.json, (body) => this.#grow(key, kept, body.length))
-      answers[accepted] = answer = { representation: compressed, headers: answerHeaders(compressed, this.#vary) }
-      this.#grow(key, kept, ANSWER_BYTES)
+      answer = answers[coding] = new PageAnswer(key, coding, this.#vary, offset, limit, (bytes) => this.#grow(key, answers, bytes))
+      answers.bytes += ANSWER_BYTES
+      if (kept === undefined) this.#entries.set(key, answers)
+      else this.#grow(key, answers, 0)
     }
     return answer
   }

@@ -227,7 +227,7 @@ function pageCacheMetrics (registry: Registry, pages: Pick<PageCache, 'usage'>) 
   })
   new Gauge({
     name: 'directory_page_cache_bytes',
-    help: 'Bytes counted for the member pages kept: their bodies, and 1 KiB for the objects of each answer kept (one a coding asked for); at most 16 MiB',
+    help: 'Bytes counted for the member pages kept: their bodies, and 1.5 KiB for the objects of each answer kept (one a coding asked for); at most 16 MiB',
     registers: [registry],
     collect () { this.set(pages.usage.bytes) }
   })

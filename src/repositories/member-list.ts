@@ -139,6 +139,14 @@ export class MemberList {
     return page
   }
 
+  /** The length of page(offset, limit), without making it. */
+  pageLength (offset: number, limit: number): number {
+    this.pageEnd ??= Buffer.from(`],"total_count":${this.length}}`)
+    const end = Math.min(offset + limit, this.length)
+    const members = offset >= end ? 0 : this.ends[end - 1]! - (offset === 0 ? 0 : this.ends[offset - 1]! + 1)
+    return PAGE_START.length + members + this.pageEnd.length
+  }
+
   /** The JSON texts of members `start` to `end` (excluded), comma-separated. */
   json (start: number, end: number): Buffer {
     if (start >= end) return this.text.subarray(0, 0)

@@ -23,9 +23,11 @@ describe('a member list written a chunk at a time', () => {
     // Every page, those across the end of a chunk (128 KiB, some 1,100 of these members) among them.
     for (let offset = 0; offset < 2500; offset += 7) {
       expect(JSON.parse(list.page(offset, 7).toString())).toEqual({ data: all.slice(offset, offset + 7), total_count: 2500 })
+      expect(list.pageLength(offset, 7)).toBe(list.page(offset, 7).length)
     }
     expect(list.slice(2040, 2060)).toEqual(all.slice(2040, 2060))
     expect(MemberList.of([]).page(0, 10).toString()).toBe('{"data":[],"total_count":0}')
+    expect([list.pageLength(2500, 10), list.pageLength(0, 2500)]).toEqual([list.page(2500, 10).length, list.page(0, 2500).length])
     // In memory of its own, not a slice of a shared slab, which a cache that keeps the page would hold whole.
     const page = list.page(0, 3)
     expect(page.buffer.byteLength).toBe(page.length)

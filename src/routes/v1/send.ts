@@ -33,8 +33,9 @@ export function createSenders (vary: string, pages: PageCache): Senders {
       return send(request, reply, representation, headersOfList(representation))
     },
     sendPage (request, reply, list, offset, limit) {
-      const { representation, headers } = pages.answer(list, offset, limit, negotiate(request.headers['accept-encoding']))
-      return send(request, reply, representation, headers)
+      const answer = pages.answer(list, offset, limit, negotiate(request.headers['accept-encoding']))
+      if (isNotModified(request.headers['if-none-match'], answer.etag)) return reply.code(304).headers(answer.headers.notModified).send()
+      return reply.headers(answer.headers.ok).send(answer.body(list))
     }
   }
 }
