@@ -82,6 +82,8 @@ function isTransient (error: unknown) {
  */
 class SocketClient extends pg.Client {
   readonly socket: net.Socket
+  /** What ended the connection, when the server said (a FATAL): the query after it only says the client is not queryable. */
+  lastError: unknown
 
   constructor (config: pg.ClientConfig = {}) {
     const socket = new net.Socket()
@@ -101,7 +103,7 @@ class SocketClient extends pg.Client {
     // packet that completes it: pg emits 'error' before whoever connected it has listened, and an
     // 'error' nobody hears ends the process (seen once in the suite at load 4). Whoever holds the
     // client listens too; here the loss is left to the next query, which fails.
-    this.on('error', () => {})
+    this.on('error', (error) => { this.lastError = error })
   }
 }
 
@@ -150,9 +152,17 @@ export async function connectPostgres (url: string, timeoutMs: number, { applica
  * still see, after max_standby_streaming_delay): said with what to set, since every whole read longer
  * than that delay will be cancelled again while the primary churns.
  */
-function explainConflict (error: unknown) {
-  const { code, message } = error as { code?: string, message?: string }
-  if (code !== '40001' || !message?.includes('conflict with recovery')) return error
+function explainConflict (error: unknown, client?: { lastError?: unknown }) {
+  const isConflict = (candidate: unknown) => {
+    const { code, message } = (candidate ?? {}) as { code?: string, message?: string }
+    return code === '40001' && message?.includes('conflict with recovery') === true
+  }
+  // A standby may end the session rather than cancel the statement (FATAL: terminating connection due
+  // to conflict with recovery): the read then fails as a client no longer queryable, and the cause is
+  // what the server said last.
+  const cause = isConflict(error) ? error : isConflict(client?.lastError) ? client!.lastError : undefined
+  if (cause === undefined) return error
+  const { message } = cause as { message: string }
   return new Error(`${message}: the hot standby cancelled the read to replay its primary's changes; set hot_standby_feedback = on on the standby (or raise its max_standby_streaming_delay past the longest whole read), see docs/postgresql.md#hot-standbys`)
 }
 
@@ -715,7 +725,7 @@ export function createPostgresSource ({ url, connectTimeoutMs, pollIntervalMs = 
         await client.query('COMMIT')
         return result
       } catch (error) {
-        throw explainConflict(error)
+        throw explainConflict(error, client as unknown as SocketClient)
       }
     })
   }
