@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import { availableParallelism, setPriority } from 'node:os'
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest'
@@ -22,6 +23,9 @@ async function startUnlimited () {
   onTestFinished(() => { server.process.kill('SIGKILL') })
   return server
 }
+
+/** The state letter of a process (R running, S sleeping, T stopped...), from /proc. */
+const processState = (pid: number) => readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0]
 
 const portOfUrl = (url: string) => Number(new URL(url).port)
 
@@ -152,6 +156,9 @@ describe('a drain that starts while the server cannot run', () => {
     const server = await startUnlimited()
     const port = portOfUrl(server.url)
     server.process.kill('SIGSTOP')
+    // kill() returns before the process has stopped: on a busy machine it may still take and answer a
+    // first connection (once in CI, answered without `Connection: close`). Stopped is state T.
+    await expect.poll(() => processState(server.process.pid!), { interval: 1 }).toBe('T')
     let answers: Array<ReturnType<typeof exchange>> = []
     try {
       const sockets: Socket[] = await Promise.all(Array.from({ length: 20 }, () => openConnection(port)))
