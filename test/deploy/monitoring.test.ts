@@ -215,7 +215,7 @@ describe('against a real Prometheus scraping a real server, with the rules loade
     const named = new Set(queries.flatMap(({ expr }) => metricNames(expr)))
     for (const name of ['http_requests_total', 'http_responses_total', 'http_request_duration_seconds_bucket', 'http_requests_in_flight',
       'rate_limit_refusals_total', 'rate_limit_store_errors_total', 'directory_snapshot_installed_timestamp_seconds', 'directory_snapshot_version',
-      'directory_snapshot_info', 'directory_source_up', 'directory_changes_total', 'directory_records', 'directory_source_position',
+      'directory_snapshot_info', 'directory_source_up', 'directory_changes_total', 'directory_records', 'directory_source_horizon',
       'directory_source_lag_seconds', 'directory_source_mode', 'nodejs_eventloop_lag_p99_seconds', 'process_resident_memory_bytes',
       'container_spec_memory_limit_bytes']) expect(named).toContain(name)
   })

@@ -89,8 +89,9 @@ describe('GET /metrics', () => {
   it('tells how the source is followed: its mode alone, its position, how far behind its log, its failed reads', async () => {
     const files = (await build({ snapshots: snapshotsOf(makeData(), 'files') }).inject({ url: '/metrics' })).body
     expect(series(files, 'directory_source_mode')).toEqual(['directory_source_mode{mode="watch"} 1'])
-    // Files have no position: the gauge is declared, without a sample (a 0 would read as one).
-    expect(files).toContain('# TYPE directory_source_position gauge')
+    // Files have no horizon: the gauge is declared, without a sample (a 0 would read as one).
+    expect(files).toContain('# TYPE directory_source_horizon gauge')
+    expect(series(files, 'directory_source_horizon')).toEqual([])
     expect(series(files, 'directory_source_position')).toEqual([])
     expect(valueOf(files, 'directory_source_lag_entries')).toBe(0)
     expect(valueOf(files, 'directory_source_lag_seconds')).toBe(0)
@@ -101,14 +102,17 @@ describe('GET /metrics', () => {
     const app = build({ snapshots: directory })
     const caughtUp = (await app.inject({ url: '/metrics' })).body
     expect(series(caughtUp, 'directory_source_mode')).toEqual(['directory_source_mode{mode="notify"} 1'])
-    expect(valueOf(caughtUp, 'directory_source_position')).toBe(1000)
+    expect(valueOf(caughtUp, 'directory_source_horizon')).toBe(1000)
     await directory.install(makeData())
-    expect(valueOf((await app.inject({ url: '/metrics' })).body, 'directory_source_position')).toBe(1001)
+    expect(valueOf((await app.inject({ url: '/metrics' })).body, 'directory_source_horizon')).toBe(1001)
 
     // A 64-bit transaction id past 2^32 (an epoch on) is written whole; the mode changed leaves one series.
     directory.follows({ mode: 'poll', position: 2 ** 32 + 1234, lag: { entries: 3, seconds: 12.5 }, readFailures: 2 })
     const behind = (await app.inject({ url: '/metrics' })).body
     expect(series(behind, 'directory_source_mode')).toEqual(['directory_source_mode{mode="poll"} 1'])
+    expect(series(behind, 'directory_source_horizon')).toEqual(['directory_source_horizon 4294968530'])
+    // Its former name, deprecated, says so and gives the same value until it goes.
+    expect(behind).toMatch(/# HELP directory_source_position Deprecated: renamed directory_source_horizon/)
     expect(series(behind, 'directory_source_position')).toEqual(['directory_source_position 4294968530'])
     expect(valueOf(behind, 'directory_source_lag_entries')).toBe(3)
     expect(valueOf(behind, 'directory_source_lag_seconds')).toBe(12.5)
