@@ -183,17 +183,17 @@ export function captureLogs (level = 'info') {
 
 /**
  * Snapshots over records given, changed by hand: `install(data)` makes the next snapshot, `refused()`
- * counts a refusal, `follows(...)` sets how the source is followed (mode, position, lag). The first
+ * counts a refusal, `follows(...)` sets how the source is followed (mode, horizon, lag). The first
  * snapshot is made when the app gets ready.
  */
 export function snapshotsOf (data: DirectoryData, source = 'test') {
   let snapshot: Snapshot | undefined
   const reloads = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, { succeeded: 0, failed: 0 }])) as SnapshotInfo['changes']
-  // Files are watched and have no position; any other source is a PostgreSQL notified, caught up.
+  // Files are watched and have no horizon; any other source is a PostgreSQL notified, caught up.
   const measures = { replayLagSeconds: source === 'files' ? undefined : 0, clockOffsetSeconds: 0, oldestOpenSeconds: 0, relists: 0 }
-  const following: Pick<SnapshotInfo, 'readFailures' | 'mode' | 'position' | 'lag' | keyof typeof measures> = source === 'files'
-    ? { readFailures: 0, mode: 'watch', position: undefined, lag: { entries: 0, seconds: 0 }, ...measures }
-    : { readFailures: 0, mode: 'notify', position: 1000, lag: { entries: 0, seconds: 0 }, ...measures }
+  const following: Pick<SnapshotInfo, 'readFailures' | 'mode' | 'horizon' | 'lag' | keyof typeof measures> = source === 'files'
+    ? { readFailures: 0, mode: 'watch', horizon: undefined, lag: { entries: 0, seconds: 0 }, ...measures }
+    : { readFailures: 0, mode: 'notify', horizon: 1000, lag: { entries: 0, seconds: 0 }, ...measures }
   const ready = createSnapshot(data).then((first) => { snapshot = first })
   let confirmed: number | undefined
   return {
@@ -212,7 +212,7 @@ export function snapshotsOf (data: DirectoryData, source = 'test') {
       changes: structuredClone(reloads),
       readFailures: following.readFailures,
       mode: following.mode,
-      position: following.position,
+      horizon: following.horizon,
       lag: { ...following.lag },
       replayLagSeconds: following.replayLagSeconds,
       clockOffsetSeconds: following.clockOffsetSeconds,
@@ -223,7 +223,7 @@ export function snapshotsOf (data: DirectoryData, source = 'test') {
     async install (next: DirectoryData) {
       snapshot = await createSnapshot(next, snapshot!.version + 1)
       for (const kind of RECORD_KINDS) reloads[kind].succeeded++
-      if (following.position !== undefined) following.position++
+      if (following.horizon !== undefined) following.horizon++
     },
     follows (state: Partial<typeof following>) {
       Object.assign(following, state)

@@ -323,9 +323,9 @@ function snapshotMetrics (registry: Registry, snapshots: Snapshots, maxStaleness
   })
   // No sample rather than a 0 that would read as a horizon.
   const HORIZON_HELP = 'PostgreSQL: the transaction horizon of the snapshot served (the xmax of the database snapshot it was read at, a 64-bit transaction id), comparable between replicas of one database; absent with files'
-  gaugeOrAbsent('directory_source_horizon', HORIZON_HELP, () => snapshots.info().position)
+  gaugeOrAbsent('directory_source_horizon', HORIZON_HELP, () => snapshots.info().horizon)
   // Its name in 1.0, kept until 2.0 (a removed metric breaks the dashboards and alerts built on it).
-  gaugeOrAbsent('directory_source_position', `Deprecated: renamed directory_source_horizon, removed in 2.0. ${HORIZON_HELP}`, () => snapshots.info().position)
+  gaugeOrAbsent('directory_source_position', `Deprecated: renamed directory_source_horizon, removed in 2.0. ${HORIZON_HELP}`, () => snapshots.info().horizon)
   new Gauge({
     name: 'directory_source_lag_entries',
     help: 'Entries of the change log committed and not yet installed by this replica, as of the scrape: 0 when caught up or unknown',

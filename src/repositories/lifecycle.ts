@@ -27,8 +27,8 @@ export interface SnapshotInfo {
   readFailures: number
   /** How changes are learnt of: notifications, polling, a watched folder; `none` for data that never changes. */
   mode: FollowMode | 'none'
-  /** The source's position of the snapshot served, as a number that grows (PostgreSQL: a transaction id); undefined for files. */
-  position: number | undefined
+  /** The horizon of the snapshot served: a number that grows with the source's position (PostgreSQL: a transaction id); undefined for files. */
+  horizon: number | undefined
   /** How far behind the source the replica is, as last seen: changes not installed yet, and the age of the oldest. */
   lag: { entries: number, seconds: number }
   /** How far the source is behind its own primary, as last read (a hot standby's replay lag), in seconds; 0 on a primary, undefined for files or when unknown. */
@@ -67,7 +67,8 @@ interface LifecycleLog {
 /** A change read, ready to install: `finish` makes its index on the snapshot being made. */
 interface Ready {
   kind: RecordKind
-  change: string
+  /** What the change was, for the logs (describe). */
+  description: string
   rowsRead?: number
   finish(next: Snapshot): Index<RecordKind>
 }
@@ -224,15 +225,15 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
       log?.warn({ source: source.name, position: label, read_at: batch.label ?? batch.position, problem: batch.relisted }, 'every kind read whole: the changes since the position served cannot be told')
     }
     const ready: Ready[] = []
-    for (const read of batch.changes) {
-      const { kind } = read
-      if ('error' in read) {
+    for (const change of batch.changes) {
+      const { kind } = change
+      if ('error' in change) {
         changes[kind].failed++
         // A kind is refused whole only as a whole read refuses it: a file, a list, a table read again.
-        log?.error({ change: `${kind}: all read again`, kind, problem: read.error.message }, `change refused: ${kind} keeps its last good records, the other kinds follow their changes`)
+        log?.error({ change: `${kind}: all read again`, kind, problem: change.error.message }, `change refused: ${kind} keeps its last good records, the other kinds follow their changes`)
         continue
       }
-      ready.push(await prepare(read))
+      ready.push(await prepare(change))
       if (closed) return
       changes[kind].succeeded++
     }
@@ -247,23 +248,23 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
    * loop in between, so that a compaction installed meanwhile is not lost). A record refused alone is
    * not served: a whole read leaves it out, a read by name takes it out.
    */
-  async function prepare (read: Change): Promise<Ready> {
-    const { kind } = read
-    const change = describe(read)
-    const refused = read.refused ?? new Map<string, string>()
+  async function prepare (change: Change): Promise<Ready> {
+    const { kind } = change
+    const description = describe(change)
+    const refused = change.refused ?? new Map<string, string>()
     if (refused.size > 0) {
       changes[kind].failed++
-      reportRefused(kind, change, refused.values())
+      reportRefused(kind, description, refused.values())
     }
-    if ('upsert' in read && isKeyed(kind)) {
-      const remove = refused.size === 0 ? read.remove : [...read.remove, ...refused.keys()]
-      return { kind, change, rowsRead: read.rowsRead, finish: (next) => namedIndex(kind, next.indexes[kind], read.upsert as never, remove, refused) }
+    if ('upsert' in change && isKeyed(kind)) {
+      const remove = refused.size === 0 ? change.remove : [...change.remove, ...refused.keys()]
+      return { kind, description, rowsRead: change.rowsRead, finish: (next) => namedIndex(kind, next.indexes[kind], change.upsert as never, remove, refused) }
     }
-    const index = await applyChange(snapshot().indexes[kind], read)
+    const index = await applyChange(snapshot().indexes[kind], change)
     return {
       kind,
-      change,
-      rowsRead: read.rowsRead,
+      description,
+      rowsRead: change.rowsRead,
       finish () {
         wholeInstalls[kind]++
         return index
@@ -327,7 +328,7 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
     current = next
     const rowsRead = ready.filter(({ rowsRead }) => rowsRead !== undefined).map(({ kind, rowsRead }) => [kind, rowsRead])
     log?.info({
-      change: ready.map(({ change }) => change).join('; '),
+      change: ready.map(({ description }) => description).join('; '),
       snapshot: { version, fingerprint: next.fingerprint },
       // The position of the source it was read at: one for every kind of the batch.
       source_position: batch.label ?? batch.position,
@@ -432,7 +433,7 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
         changes: structuredClone(changes),
         readFailures,
         mode: source.mode,
-        position: horizon,
+        horizon,
         lag: behind === undefined ? { entries: 0, seconds: 0 } : { entries: behind.entries, seconds: Math.max(0, Date.now() - behind.oldestAt) / 1000 },
         replayLagSeconds: measured === undefined || measured.replayLagMs === null ? undefined : measured.replayLagMs / 1000,
         clockOffsetSeconds: (measured?.clockOffsetMs ?? 0) / 1000,
@@ -462,6 +463,6 @@ export async function fixedSnapshots (data: Parameters<typeof createSnapshot>[0]
     // Data that never changes is always current.
     confirmedAt: () => Date.now(),
     clockOffsetMs: () => 0,
-    info: () => ({ source: 'none', version: 1, fingerprint: snapshot.fingerprint, installedAt: snapshot.installedAt, records: snapshot.counts(), changes, readFailures: 0, mode: 'none', position: undefined, lag: { entries: 0, seconds: 0 }, replayLagSeconds: undefined, clockOffsetSeconds: 0, oldestOpenSeconds: 0, relists: 0, following: true })
+    info: () => ({ source: 'none', version: 1, fingerprint: snapshot.fingerprint, installedAt: snapshot.installedAt, records: snapshot.counts(), changes, readFailures: 0, mode: 'none', horizon: undefined, lag: { entries: 0, seconds: 0 }, replayLagSeconds: undefined, clockOffsetSeconds: 0, oldestOpenSeconds: 0, relists: 0, following: true })
   }
 }

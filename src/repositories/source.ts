@@ -141,11 +141,11 @@ export async function readWhole (source: Source): Promise<{
   const wholes: Partial<Record<RecordKind, unknown>> = {}
   const refused: RecordRefusal[] = []
   const refusedKeys: RefusedKeys = {}
-  for (const read of batch.changes) {
-    if ('error' in read) throw read.error
-    for (const problem of read.refused?.values() ?? []) refused.push({ kind: read.kind, problem })
-    if (read.refused !== undefined) refusedKeys[read.kind] = read.refused
-    if ('all' in read) wholes[read.kind] = read.all
+  for (const change of batch.changes) {
+    if ('error' in change) throw change.error
+    for (const problem of change.refused?.values() ?? []) refused.push({ kind: change.kind, problem })
+    if (change.refused !== undefined) refusedKeys[change.kind] = change.refused
+    if ('all' in change) wholes[change.kind] = change.all
   }
   return { batch, wholes: wholes as { [K in RecordKind]: Whole<K> }, refused, refusedKeys }
 }

@@ -86,7 +86,7 @@ describe('GET /metrics', () => {
     expect(valueOf(after, 'directory_snapshot_installed_timestamp_seconds')! * 1000).toBe(directory.info().installedAt)
   })
 
-  it('tells how the source is followed: its mode alone, its position, how far behind its log, its failed reads', async () => {
+  it('tells how the source is followed: its mode alone, its horizon, how far behind its log, its failed reads', async () => {
     const files = (await build({ snapshots: snapshotsOf(makeData(), 'files') }).inject({ url: '/metrics' })).body
     expect(series(files, 'directory_source_mode')).toEqual(['directory_source_mode{mode="watch"} 1'])
     // Files have no horizon: the gauge is declared, without a sample (a 0 would read as one).
@@ -107,7 +107,7 @@ describe('GET /metrics', () => {
     expect(valueOf((await app.inject({ url: '/metrics' })).body, 'directory_source_horizon')).toBe(1001)
 
     // A 64-bit transaction id past 2^32 (an epoch on) is written whole; the mode changed leaves one series.
-    directory.follows({ mode: 'poll', position: 2 ** 32 + 1234, lag: { entries: 3, seconds: 12.5 }, readFailures: 2 })
+    directory.follows({ mode: 'poll', horizon: 2 ** 32 + 1234, lag: { entries: 3, seconds: 12.5 }, readFailures: 2 })
     const behind = (await app.inject({ url: '/metrics' })).body
     expect(series(behind, 'directory_source_mode')).toEqual(['directory_source_mode{mode="poll"} 1'])
     expect(series(behind, 'directory_source_horizon')).toEqual(['directory_source_horizon 4294968530'])
