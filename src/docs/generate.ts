@@ -57,7 +57,7 @@ const isSecret = (kind: RecordKind) => KINDS[kind].index === 'keys'
 
 /** The Kubernetes base's data set: a ConfigMap and a Secret, generated from the files of data/. */
 const DATA_SET = [
-  { object: 'ConfigMap', generator: 'configMapGenerator', name: 'model-gateway-directory-fixtures', files: RECORD_KINDS.filter((kind) => !isSecret(kind)).map((kind) => KINDS[kind].file) },
+  { object: 'ConfigMap', generator: 'configMapGenerator', name: 'model-gateway-directory-data', files: RECORD_KINDS.filter((kind) => !isSecret(kind)).map((kind) => KINDS[kind].file) },
   { object: 'Secret', generator: 'secretGenerator', name: 'model-gateway-directory-keys', files: RECORD_KINDS.filter(isSecret).map((kind) => KINDS[kind].file) }
 ]
 
