@@ -30,8 +30,8 @@ type FileKindTests = Pick<Awaited<ReturnType<FileHandle['stat']>>, 'isDirectory'
  * - At most MAX_FILE_BYTES.
  * - UTF-8 only (RFC 8259 section 8.1): invalid bytes are refused, not read as U+FFFD. A leading byte
  *   order mark is skipped, as the RFC allows: editors on Windows write one.
- * - JSON.parse's own message is never shown: it quotes the text, and not every Node.js version gives
- *   a position. A text it refuses is located by a JsonChecker instead.
+ * - JSON.parse's own message is never shown: it quotes the text, and for an unexpected token (a
+ *   trailing comma, `tru`) gives no position. A text it refuses is located by a JsonChecker instead.
  */
 export async function readJsonFile (path: string, label: string): Promise<unknown> {
   const handle = await openDataFile(path, label, MAX_FILE_BYTES)

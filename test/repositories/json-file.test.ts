@@ -49,6 +49,7 @@ describe('reading a JSON data file', () => {
     ['a fraction without digits', '[1.]', "line 1, column 3 ([0]): expected ',' or ']'"],
     ['a minus alone', '[-]', 'line 1, column 2 ([0]): expected a value'],
     ['a misspelt literal', '[tru]', 'line 1, column 2 ([0]): expected a value'],
+    ['a byte that is no UTF-8 where a value belongs', Buffer.from([0x5b, 0xff, 0x5d]), 'line 1, column 2 ([0]): expected a value'],
     ['a comment', '[1] // done', 'line 1, column 5: unexpected text after the end of the value'],
     ['an empty file', '', 'line 1, column 1: the text ends where a value is expected'],
     ['a file cut short', '[{"a": [1, 2', "line 1, column 13 ([0].a[1]): expected ',' or ']'"],
