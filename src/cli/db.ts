@@ -5,7 +5,7 @@ import { loadConfig } from '../config.js'
 import { describeCounts } from '../repositories/records.js'
 import { KINDS, LIST_KINDS, RECORD_KINDS, type ListKind, type RecordKind } from '../registry.js'
 import { FIXTURE_FILES } from '../repositories/sources/files.js'
-import { readRecordBatches } from '../repositories/sources/file-stream.js'
+import { readRecordBatches, refuseRepeat } from '../repositories/sources/file-stream.js'
 import { JsonArrayWriter, MAX_ELEMENT_BYTES } from '../repositories/json-array-file.js'
 import { MAX_FILE_BYTES } from '../repositories/json-file.js'
 import { connectPostgres, locationOf } from '../repositories/sources/postgres.js'
@@ -43,11 +43,11 @@ usage: npm run db -- trim [--older-than <duration>]
 
   --older-than <duration>  the retention: 30s, 15m, 12h, 7d
 `],
-  ['import', `Reads and validates a folder's files exactly as the server does, then replaces every row with
-them in one transaction: all or nothing. Bad data never reaches the database: the files are read a
-record at a time, once to check them all before connecting, then again as they are written (each
-record checked again). So they may be of any size (the server reads at most ${MAX_FILE_BYTES / 1024 / 1024} MiB a file); a record,
-at most ${MAX_ELEMENT_BYTES / 1024 / 1024} MiB.
+  ['import', `Reads and validates a folder's files exactly as the server does, and replaces every row with
+them in one transaction: all or nothing. The files are read once, a record at a time, each record
+checked before it is sent; a bad file, or a value repeated in one (which the tables' unique constraints
+refuse), rolls everything back and is told as the server tells it. So they may be of any size (the
+server reads at most ${MAX_FILE_BYTES / 1024 / 1024} MiB a file); a record, at most ${MAX_ELEMENT_BYTES / 1024 / 1024} MiB.
 
 usage: npm run db -- import --data-dir <dir>
 
@@ -125,16 +125,17 @@ async function main () {
     return
   }
 
-  // Read and checked before connecting: bad data never reaches the database.
-  if (command === 'import') await checkFolder(dir!)
   const client = await connectPostgres(url, config.DATABASE_CONNECT_TIMEOUT_MS, { onRetry })
   try {
     if (command === 'import') {
-      // Read again as it is written, and each record checked again: a file changed since is refused as
-      // well, a value repeated since by the database's unique constraints (and rolled back).
       const counts = noRecords()
-      const batches = RECORD_KINDS.map((kind) => [kind, counted(readRecordBatches(dir!, kind, { repeats: false }), kind, counts)])
-      await replaceDirectory(client, Object.fromEntries(batches) as unknown as DirectoryBatches)
+      const batches = RECORD_KINDS.map((kind) => [kind, counted(readRecordBatches(dir!, kind), kind, counts)])
+      await replaceDirectory(client, Object.fromEntries(batches) as unknown as DirectoryBatches).catch(async (error: { code?: string, table?: string }) => {
+        // 23505, unique_violation: PostgreSQL names the value, not the records; the file's message does.
+        const kind = RECORD_KINDS.find((kind) => KINDS[kind].table === error.table)
+        if (error.code === '23505' && kind !== undefined) await refuseRepeat(dir!, kind)
+        throw error
+      })
       process.stderr.write(`imported ${describeCounts(counts)} from ${dir} into ${locationOf(url)}\n`)
     } else if (command === 'trim') {
       const removed = await trimChanges(client, olderThan)
@@ -152,15 +153,6 @@ async function main () {
     }
   } finally {
     await client.end()
-  }
-}
-
-/** Reads every file of the folder as import does, and throws the first one's problem. */
-async function checkFolder (dir: string) {
-  for (const kind of RECORD_KINDS) {
-    for await (const _records of readRecordBatches(dir, kind)) {
-      // Each batch is checked as it is read; nothing is kept.
-    }
   }
 }
 

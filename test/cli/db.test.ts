@@ -6,7 +6,7 @@ import { promisify } from 'node:util'
 import pg from 'pg'
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../../src/config.js'
-import { FIXTURE_FILES } from '../../src/repositories/sources/files.js'
+import { FIXTURE_FILES, loadFixtures } from '../../src/repositories/sources/files.js'
 import { countRecords, describeCounts, type DirectoryData } from '../../src/repositories/records.js'
 import { KINDS } from '../../src/registry.js'
 import { SCHEMA_VERSION, listTableSql, migrate } from '../../src/repositories/sources/postgres-schema.js'
@@ -228,6 +228,26 @@ describe('npm run db -- import and export', () => {
     })
     const { rows } = await query('SELECT slug FROM providers ORDER BY position')
     expect(rows.map((row) => row.slug)).toEqual(['provider-1', 'provider-2', 'provider-3'])
+  })
+
+  const key = (name: string, sha: string, extra: Record<string, unknown> = {}) => ({ name, sha256: sha.repeat(64), kind: 'standard' as const, organization_id: 'o', ...extra })
+
+  it.each<[string, Partial<DirectoryData>]>([
+    ['a repeated name', { keys: [key('a', 'a'), key('b', 'b'), key('a', 'c')] }],
+    ['a repeated hash, never quoted', { keys: [key('a', 'a'), key('b', 'a')] }],
+    ['a repeated hash before a repeated name: the name is told first, as the server checks field after field', { keys: [key('a', 'a'), key('b', 'a'), key('a', 'c')] }],
+    ['a repeated name before a bad record: the record is told first', { keys: [key('a', 'a'), key('a', 'b'), key('c', 'c', { kind: 'revoked' as 'standard' })] }],
+    ['a repeated organization id', { organizations: [{ id: 'o', name: 'O', members: makeMembers('o', 2) }, { id: 'o', name: 'P', members: makeMembers('p', 2) }] }],
+    ['a repeated provider slug', { providers: [makeProvider(1), makeProvider(2), makeProvider(1)] }]
+  ])('refuses, with the server\'s message and changing nothing, %s', async (_case, spoilt) => {
+    await writeData(dir, makeData())
+    await db(url, 'import', '--data-dir', dir)
+    await writeData(dir, makeData(spoilt))
+    const served = await loadFixtures(dir).then(() => 'loaded', (error: Error) => error.message)
+    await expect(db(url, 'import', '--data-dir', dir)).rejects.toMatchObject({ code: 1, stderr: `${served}\n` })
+    expect((await query('SELECT count(*)::int AS n FROM members')).rows).toEqual([{ n: 253 }])
+    expect((await query('SELECT count(*)::int AS n FROM keys')).rows).toEqual([{ n: 4 }])
+    expect((await query('SELECT slug FROM providers ORDER BY position')).rows.map((row) => row.slug)).toEqual(['provider-1', 'provider-2', 'provider-3'])
   })
 
   it('rolls back everything when the database refuses a row', async () => {

@@ -48,18 +48,14 @@ describe('the files as npm run db -- import reads them, against the server', () 
     expect(result).toHaveProperty('data.organizations.0.members.249.id', 'user_alpha_249')
   })
 
+  // A value repeated between records is left to the database, and told by import: test/cli/db.test.ts.
   it.each<[string, Record<string, unknown>]>([
     ['a bad record', { providers: [makeProvider(0), makeProvider(1, { headquarters: 'ZZ' })] }],
     ['an unknown field, with a did-you-mean', { endpoints: [{ ...makeEndpoint(0), contextlength: 1 }] }],
-    ['a repeated name', { keys: [key('a', 'a'), key('b', 'b'), key('a', 'c')] }],
-    ['a repeated hash, never quoted', { keys: [key('a', 'a'), key('b', 'a')] }],
-    ['a repeated hash before a repeated name: the name is told first, as the server checks field after field', { keys: [key('a', 'a'), key('b', 'a'), key('a', 'c')] }],
-    ['a repeated name before a bad record: the record is told first', { keys: [key('a', 'a'), key('a', 'b'), key('c', 'c', { kind: 'revoked' })] }],
     ['a hash in capitals', { keys: [key('a', 'A')] }],
     ['an expiry that is no time', { keys: [key('a', 'a', { expires_at: '2030-02-30T00:00:00Z' })] }],
     ['a repeated member id', { organizations: [{ id: 'o', name: 'O', members: [member('u'), member('v'), member('u')] }] }],
     ['a bad member', { organizations: [{ id: 'o', name: 'O', members: makeMembers('o', 3).slice() }, { id: 'p', name: 'P', members: [member('u', { role: 'admin' })] }] }],
-    ['a repeated organization id', { organizations: [{ id: 'o', name: 'O', members: [] }, { id: 'o', name: 'P', members: [] }] }],
     ['an object in place of the array', { keys: { keys: [] } }],
     ['a string in place of the array', { keys: 'keys' }],
     ['two bad files: the first in the registry\'s order is told', { keys: [key('a', 'A')], providers: [{ name: 'x' }] }]
@@ -104,18 +100,6 @@ describe('the files as npm run db -- import reads them, against the server', () 
     expect(await streamed()).toStrictEqual(await served())
     await mkdir(join(dir, 'organizations.json'))
     expect(await streamed()).toStrictEqual(await served())
-  })
-
-  it('leaves repeated values to the database when told to, and still refuses a bad record', async () => {
-    await writeData(makeData({ keys: [key('a', 'a'), key('a', 'b')] } as Partial<DirectoryData>))
-    const read = async () => {
-      const names: string[] = []
-      for await (const records of readRecordBatches(dir, 'keys', { repeats: false })) names.push(...records.map(({ name }) => name))
-      return names
-    }
-    expect(await read()).toEqual(['a', 'a'])
-    await writeData(makeData({ keys: [key('a', 'a'), key('a', 'b', { kind: 'revoked' })] } as Partial<DirectoryData>))
-    await expect(read()).rejects.toThrow('keys.json: [1].kind: "revoked" is not one of "standard", "management"')
   })
 
   it('hands over nothing after the first problem', async () => {
