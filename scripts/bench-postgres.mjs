@@ -109,7 +109,7 @@ export async function benchPostgres ({ root, revocations = 20, members = 100_000
   const { default: pg } = await import('pg')
   const { migrate } = await import(join(root, 'dist/repositories/sources/postgres-schema.js'))
   const { replaceDirectory } = await import(join(root, 'dist/repositories/sources/postgres-write.js'))
-  const { loadFixtures } = await import(join(root, 'dist/repositories/sources/files.js'))
+  const { loadDataFolder } = await import(join(root, 'dist/repositories/sources/files.js'))
 
   const database = await startPostgres()
   const children = new Set()
@@ -117,7 +117,7 @@ export async function benchPostgres ({ root, revocations = 20, members = 100_000
   try {
     await client.connect()
     await migrate(client)
-    await replaceDirectory(client, await loadFixtures(join(root, 'fixtures')))
+    await replaceDirectory(client, await loadDataFolder(join(root, 'fixtures')))
 
     // Revocation on every replica.
     const servers = await Promise.all(Array.from({ length: replicas }, () => startReplica(root, database.url, children)))

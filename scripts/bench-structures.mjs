@@ -21,7 +21,7 @@ async function measure (which) {
   const { KeyTable, isApiKey } = await import(pathToFileURL(join(ROOT, 'dist/repositories/key-table.js')).href)
   const { LayeredMap } = await import(pathToFileURL(join(ROOT, 'dist/repositories/layered-map.js')).href)
   const { TypeCompiler } = await import('@sinclair/typebox/compiler')
-  const { ApiKeySchema } = await import(pathToFileURL(join(ROOT, 'dist/schemas/fixtures.js')).href)
+  const { ApiKeySchema } = await import(pathToFileURL(join(ROOT, 'dist/schemas/keys-and-organizations.js')).href)
   const heap = () => { globalThis.gc(); globalThis.gc(); const m = process.memoryUsage(); return m.heapUsed + m.arrayBuffers }
   const timed = (run) => { const started = performance.now(); const value = run(); return [performance.now() - started, value] }
   if (which === 'table' || which === 'maps') {

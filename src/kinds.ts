@@ -1,7 +1,7 @@
 import type { TSchema } from '@sinclair/typebox'
 import { ProviderSchema } from './schemas/provider.js'
 import { EndpointRecordSchema, EndpointSchema, servedEndpoint } from './schemas/endpoint.js'
-import { OrganizationSchema, ApiKeySchema } from './schemas/fixtures.js'
+import { OrganizationSchema, ApiKeySchema } from './schemas/keys-and-organizations.js'
 
 /** A public operation of the API, as GET / and the OpenAPI document name it. */
 export interface Operation {

@@ -9,14 +9,14 @@ import pg from 'pg'
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../src/config.js'
 import { countRecords, describeCounts } from '../src/repositories/records.js'
-import { loadFixtures } from '../src/repositories/sources/files.js'
+import { loadDataFolder } from '../src/repositories/sources/files.js'
 import { SCHEMA_VERSION } from '../src/repositories/sources/postgres-schema.js'
 import { DROP_KEY_CHECKS, sharedPostgres } from './postgres.js'
 import { BUNDLED_MANAGEMENT_KEY, failToStart, freePort, startServer, type RunningServer } from './process.js'
 import { PATIENCE_MS } from './patience.js'
 
 /** What npm run check says of the bundled data, as the docs quote it. */
-const BUNDLED_COUNTS = describeCounts(countRecords(await loadFixtures(BUNDLED_FIXTURES_DIR)))
+const BUNDLED_COUNTS = describeCounts(countRecords(await loadDataFolder(BUNDLED_FIXTURES_DIR)))
 
 // The messages and log lines the documentation quotes, produced by the code and compared with the
 // quotes: a test fails when either changes without the other.

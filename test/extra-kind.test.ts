@@ -45,7 +45,7 @@ vi.resetModules()
 const { KINDS, RECORD_KINDS } = await import('../src/registry.js')
 const { countRecords, describeCounts } = await import('../src/repositories/records.js')
 const { createLifecycle } = await import('../src/repositories/lifecycle.js')
-const { createFileSource, loadFixtures } = await import('../src/repositories/sources/files.js')
+const { createFileSource, loadDataFolder } = await import('../src/repositories/sources/files.js')
 const { createPostgresSource } = await import('../src/repositories/sources/postgres.js')
 const { SCHEMA_VERSION, listTableSql, migrate } = await import('../src/repositories/sources/postgres-schema.js')
 const { replaceDirectory } = await import('../src/repositories/sources/postgres-write.js')
@@ -134,7 +134,7 @@ describe('an extra kind from files', () => {
 
   it('is loaded, counted, fingerprinted, changed live and refused when bad, its last good records serving on', async () => {
     await write(dataWith(specimens('Alpha')))
-    expect((await loadFixtures(dir) as WithSpecimens).specimens).toEqual(specimens('Alpha'))
+    expect((await loadDataFolder(dir) as WithSpecimens).specimens).toEqual(specimens('Alpha'))
     // What `npm run db -- import` reads.
     const imported: unknown[] = []
     for await (const records of readRecordBatches(dir, 'specimens' as never)) imported.push(...records)

@@ -13,7 +13,7 @@ import { KINDS, LIST_KINDS, type ListKind } from '../src/registry.js'
 import type { Provider } from '../src/schemas/provider.js'
 import type { Endpoint } from '../src/schemas/endpoint.js'
 import { MemberList } from '../src/repositories/member-list.js'
-import type { ApiKey } from '../src/schemas/fixtures.js'
+import type { ApiKey } from '../src/schemas/keys-and-organizations.js'
 import { checkResponsesAgainstDocument } from './conformance.js'
 import { PATIENCE_MS } from './patience.js'
 

@@ -2,7 +2,7 @@ import { mkdir, mkdtemp, rename, rm, symlink, writeFile } from 'node:fs/promises
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
-import { FIXTURE_FILES } from '../src/repositories/sources/files.js'
+import { DATA_FILES } from '../src/repositories/sources/files.js'
 import { type DirectoryData } from '../src/repositories/records.js'
 import { RECORD_KINDS } from '../src/registry.js'
 import { KEYS, makeData, sha256 } from './helper.js'
@@ -26,7 +26,7 @@ async function replaceFile (name: string, value: unknown) {
 }
 
 async function writeData (data: DirectoryData) {
-  await Promise.all(RECORD_KINDS.map((kind) => replaceFile(FIXTURE_FILES[kind], data[kind])))
+  await Promise.all(RECORD_KINDS.map((kind) => replaceFile(DATA_FILES[kind], data[kind])))
 }
 
 const status = async (path: string, key: string) => (await fetch(`${server!.url}${path}`, { headers: { authorization: `Bearer ${key}` } })).status
@@ -91,12 +91,12 @@ describe('data that changes while the server runs (files)', () => {
       const version = join(dir, `..gen_${n}`)
       await mkdir(version)
       const data = generation(n)
-      await Promise.all(RECORD_KINDS.map((kind) => writeFile(join(version, FIXTURE_FILES[kind]), JSON.stringify(data[kind]))))
+      await Promise.all(RECORD_KINDS.map((kind) => writeFile(join(version, DATA_FILES[kind]), JSON.stringify(data[kind]))))
       await symlink(`..gen_${n}`, join(dir, '..data_tmp'))
       await rename(join(dir, '..data_tmp'), join(dir, '..data'))
     }
     await publish(0)
-    await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', FIXTURE_FILES[kind]), join(dir, FIXTURE_FILES[kind]))))
+    await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', DATA_FILES[kind]), join(dir, DATA_FILES[kind]))))
     // Thousands of requests a second with one key: no rate limit here.
     server = await startServer({ DATA_DIR: dir, RATE_LIMIT_PER_MINUTE: '0' })
 

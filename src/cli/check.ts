@@ -2,7 +2,7 @@
 // that build data.
 import { loadConfig } from '../config.js'
 import { countRecords, describeCounts, orphanKeyWarnings } from '../repositories/records.js'
-import { loadFixtures } from '../repositories/sources/files.js'
+import { loadDataFolder } from '../repositories/sources/files.js'
 import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine } from './command-line.js'
 
 const HELP = `Validates a data folder the way the server does at start, without starting a server.
@@ -24,7 +24,7 @@ async function main () {
     return
   }
   const dir = dataDirOf('check', values) ?? loadConfig().DATA_DIR
-  const data = await loadFixtures(dir)
+  const data = await loadDataFolder(dir)
   process.stdout.write(`${dir}: valid: ${describeCounts(countRecords(data))}\n`)
   for (const line of orphanKeyWarnings(data)) process.stderr.write(`${line}\n`)
 }

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { loadConfig } from '../config.js'
 import { describeCounts } from '../repositories/records.js'
 import { KINDS, LIST_KINDS, RECORD_KINDS, type ListKind, type RecordKind } from '../registry.js'
-import { FIXTURE_FILES } from '../repositories/sources/files.js'
+import { DATA_FILES } from '../repositories/sources/files.js'
 import { readRecordBatches, refuseRepeat } from '../repositories/sources/file-stream.js'
 import { JsonArrayWriter, MAX_ELEMENT_BYTES } from '../repositories/json-array-file.js'
 import { MAX_FILE_BYTES } from '../repositories/json-file.js'
@@ -24,7 +24,7 @@ const DATABASE = `DATABASE_URL names the database (postgresql://user:password@ho
 DATABASE_CONNECT_TIMEOUT_MS bounds how long one that does not answer is tried again.
 `
 
-const FILES = Object.values(FIXTURE_FILES).join(', ')
+const FILES = Object.values(DATA_FILES).join(', ')
 
 const COMMAND_HELP = new Map([
   ['migrate', `Creates the schema, or applies the migrations it lacks, in one transaction. Safe when several
@@ -187,7 +187,7 @@ async function exportFolder (url: string, dir: string, connectTimeoutMs: number,
   // Made at the first record: a database that cannot be read (its schema, its rights) leaves no trace.
   const writerOf = async (kind: RecordKind) => {
     if (writers.size === 0) await mkdir(dir, { recursive: true })
-    if (!writers.has(kind)) writers.set(kind, await JsonArrayWriter.create(join(dir, FIXTURE_FILES[kind])))
+    if (!writers.has(kind)) writers.set(kind, await JsonArrayWriter.create(join(dir, DATA_FILES[kind])))
     return writers.get(kind)!
   }
   try {

@@ -8,13 +8,13 @@ import { userInfo } from 'node:os'
 import { join } from 'node:path'
 import { isGiven, loadConfig } from '../config.js'
 import { recordProblem, validateRecords } from '../repositories/records.js'
-import { FIXTURE_FILES } from '../repositories/sources/files.js'
+import { DATA_FILES } from '../repositories/sources/files.js'
 import { readJsonFile, writeJsonFile } from '../repositories/json-file.js'
 import { connectPostgres, locationOf } from '../repositories/sources/postgres.js'
 import { deleteKey, insertKey, keyHistory, listKeys, organizationExists, pruneKeys, updateKey, type HistoryEntry } from '../repositories/sources/postgres-write.js'
 import { instantText, timestampMs, timestampText } from '../schemas/formats.js'
 import { formatDuration, parseDuration } from './duration.js'
-import { KEY_KINDS, RATE_LIMIT_MAX, type ApiKey } from '../schemas/fixtures.js'
+import { KEY_KINDS, RATE_LIMIT_MAX, type ApiKey } from '../schemas/keys-and-organizations.js'
 import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine, refuseCommandLine, refuseUnknownCommand } from './command-line.js'
 
 const COMMANDS = ['rotate', 'expire', 'disable', 'enable', 'limit', 'revoke', 'prune', 'history', 'list'] as const
@@ -146,7 +146,7 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
   if (dir === undefined) {
     throw new Error('no data to write into: pass --data-dir <dir>, or set DATA_DIR or DATABASE_URL (the bundled fixtures/ folder is left alone)')
   }
-  const file = join(dir, FIXTURE_FILES.keys)
+  const file = join(dir, DATA_FILES.keys)
   const history = join(dir, HISTORY_FILE)
   // Each change reads the file, changes it and writes it whole, holding the folder's lock: two commands
   // at once would each write their own, and one's key would be lost while it says it was recorded.
@@ -162,7 +162,7 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
   const entry = (name: string, action: string, changes: HistoryEntry['changes'] = null): HistoryEntry => ({ at: instantText(Date.now()), name, action, changes, by: osUser() })
   return {
     where: file,
-    organizations: join(dir, FIXTURE_FILES.organizations),
+    organizations: join(dir, DATA_FILES.organizations),
     now: async () => Date.now(),
     add: (key) => withLock(file, async () => {
       const keys = await readKeys(file, true)
@@ -216,7 +216,7 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
       return (await readKeys(file, false)).map(listed).sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0)
     },
     async hasOrganization (id) {
-      const organizations = await readJsonFile(join(dir, FIXTURE_FILES.organizations), FIXTURE_FILES.organizations).catch(() => [])
+      const organizations = await readJsonFile(join(dir, DATA_FILES.organizations), DATA_FILES.organizations).catch(() => [])
       return Array.isArray(organizations) && organizations.some((organization) => organization?.id === id)
     },
     close: async () => {}
@@ -354,7 +354,7 @@ async function withLock<T> (file: string, write: () => Promise<T>): Promise<T> {
 /** The keys of keys.json, checked; none when it does not exist yet and `mayBeMissing`. */
 async function readKeys (file: string, mayBeMissing: boolean): Promise<ApiKey[]> {
   if (mayBeMissing && await access(file).then(() => false, (error: NodeJS.ErrnoException) => error.code === 'ENOENT')) return []
-  return validateRecords('keys', await readJsonFile(file, FIXTURE_FILES.keys), FIXTURE_FILES.keys)
+  return validateRecords('keys', await readJsonFile(file, DATA_FILES.keys), DATA_FILES.keys)
 }
 
 /** An instant cut to the second, as the commands print it, so that what is written is what is printed. */

@@ -11,7 +11,7 @@ import { buildApp } from '../app.js'
 import { KINDS, LIST_KINDS, OPERATIONS, RECORD_KINDS, type RecordKind } from '../registry.js'
 import { fixedSnapshots } from '../repositories/lifecycle.js'
 import { countRecords, describeCounts, orphanKeyWarnings } from '../repositories/records.js'
-import { loadFixtures } from '../repositories/sources/files.js'
+import { loadDataFolder } from '../repositories/sources/files.js'
 import { LIST_COLUMNS, SCHEMA_VERSION, schemaLacks, schemaTooOld } from '../repositories/sources/postgres-schema.js'
 import { fillRegions, syntaxOf, type Syntax } from './regions.js'
 import { formatTables, lowerFirst, recordDescription } from './schema-tables.js'
@@ -30,7 +30,7 @@ interface Facts {
   /** GET /'s body. */
   index: string
   /** The bundled fixtures, as npm run check reads them. */
-  bundled: Awaited<ReturnType<typeof loadFixtures>>
+  bundled: Awaited<ReturnType<typeof loadDataFolder>>
 }
 
 /** What the build says, and the bundled fixtures of `root` (a new kind's file is among them). */
@@ -43,7 +43,7 @@ async function readFacts (root: string): Promise<Facts> {
       if (res.statusCode !== 200) throw new Error(`GET ${url} answered ${res.statusCode}: ${res.body}`)
       return res.body
     }))
-    return { openapi: openapi!, document: JSON.parse(openapi!) as OpenApiDocument, index: index!, bundled: await loadFixtures(join(root, 'fixtures')) }
+    return { openapi: openapi!, document: JSON.parse(openapi!) as OpenApiDocument, index: index!, bundled: await loadDataFolder(join(root, 'fixtures')) }
   } finally {
     await app.close()
   }

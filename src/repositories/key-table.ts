@@ -1,6 +1,6 @@
 import { getRandomValues } from 'node:crypto'
 import { quoteValue } from '../schemas/describe-error.js'
-import { KEY_KINDS, RATE_LIMIT_MAX, type ApiKey } from '../schemas/fixtures.js'
+import { KEY_KINDS, RATE_LIMIT_MAX, type ApiKey } from '../schemas/keys-and-organizations.js'
 import { IDENTIFIER_MAX } from '../schemas/common.js'
 import { timestampMs, timestampText } from '../schemas/formats.js'
 import { DataError } from './data-error.js'

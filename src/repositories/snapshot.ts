@@ -1,5 +1,5 @@
 import { hash } from 'node:crypto'
-import type { ApiKey } from '../schemas/fixtures.js'
+import type { ApiKey } from '../schemas/keys-and-organizations.js'
 import { LayeredMap } from './layered-map.js'
 import { KeyTable, KeyTableBuilder, asPrevious, expiryOf, hashOfKey, isPreviousSecret, sameKey } from './key-table.js'
 import { createSlicer } from './slices.js'

@@ -6,7 +6,7 @@ import { promisify } from 'node:util'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { writeManyKeys } from '../helper.js'
 import { countRecords, describeCounts } from '../../src/repositories/records.js'
-import { loadFixtures } from '../../src/repositories/sources/files.js'
+import { loadDataFolder } from '../../src/repositories/sources/files.js'
 import { PATIENCE_MS } from '../patience.js'
 
 const run = promisify(execFile)
@@ -26,16 +26,16 @@ describe('npm run check', () => {
   it('says a valid folder is valid, with its counts, and exits 0', async () => {
     const { code, stdout } = await check('--data-dir', dir)
     expect(code).toBe(0)
-    expect(stdout).toBe(`${dir}: valid: ${describeCounts(countRecords(await loadFixtures('fixtures')))}\n`)
+    expect(stdout).toBe(`${dir}: valid: ${describeCounts(countRecords(await loadDataFolder('fixtures')))}\n`)
   })
 
   it('checks the bundled fixtures when given no folder, found from the bundled command as from tsc\'s output', async () => {
     const { stdout } = await run(process.execPath, ['dist/cli/check.js'], { env: { PATH: process.env.PATH ?? '' }, timeout: PATIENCE_MS })
-    expect(stdout).toBe(`${resolve('fixtures')}: valid: ${describeCounts(countRecords(await loadFixtures('fixtures')))}\n`)
+    expect(stdout).toBe(`${resolve('fixtures')}: valid: ${describeCounts(countRecords(await loadDataFolder('fixtures')))}\n`)
   })
 
   it("takes the folder by its option's former name, --fixtures-dir, and refuses both naming different folders", async () => {
-    expect((await check('--fixtures-dir', dir)).stdout).toBe(`${dir}: valid: ${describeCounts(countRecords(await loadFixtures('fixtures')))}\n`)
+    expect((await check('--fixtures-dir', dir)).stdout).toBe(`${dir}: valid: ${describeCounts(countRecords(await loadDataFolder('fixtures')))}\n`)
     expect(await check('--fixtures-dir', dir, '--data-dir', 'fixtures')).toEqual({ code: 2, stdout: '', stderr: '--fixtures-dir is the former name of --data-dir: give one of them; see npm run check -- --help\n' })
   })
 

@@ -4,7 +4,7 @@ import { stat } from 'node:fs/promises'
 import { promisify } from 'node:util'
 import { describe, expect, it } from 'vitest'
 import { countRecords, describeCounts } from '../../src/repositories/records.js'
-import { loadFixtures } from '../../src/repositories/sources/files.js'
+import { loadDataFolder } from '../../src/repositories/sources/files.js'
 
 const run = promisify(execFile)
 /** Runs a command of dist/cli with no DATABASE_URL or DATA_DIR: answers its exit code and output. */
@@ -102,7 +102,7 @@ describe.skipIf(oldNodeMajor === undefined || oldNodeMajor >= 22)(`a command on 
   it('says first, in one line on stderr, that it is too old and where Node.js 24 comes from, then does its work', async () => {
     const { code, stdout, stderr } = await run(OLD_NODE, ['dist/cli/check.js', '--data-dir', 'fixtures'], { env: { PATH: process.env.PATH ?? '' } })
       .then(({ stdout, stderr }) => ({ code: 0, stdout, stderr }), (error: { code: number, stdout: string, stderr: string }) => error)
-    expect({ code, stdout }).toEqual({ code: 0, stdout: `fixtures: valid: ${describeCounts(countRecords(await loadFixtures('fixtures')))}\n` })
+    expect({ code, stdout }).toEqual({ code: 0, stdout: `fixtures: valid: ${describeCounts(countRecords(await loadDataFolder('fixtures')))}\n` })
     // First; then what check warns of in the bundled data (a key of a deleted organization, kept on purpose).
     expect(stderr).toMatch(new RegExp(`^warning: Node.js ${oldNodeMajor}\\.\\d+\\.\\d+ is older than this service supports \\(22 or later\\)[^\\n]*npm registry[^\\n]*\\n(warning: keys\\.json: [^\\n]*\\n)*$`))
   })

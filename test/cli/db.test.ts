@@ -6,7 +6,7 @@ import { promisify } from 'node:util'
 import pg from 'pg'
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../../src/config.js'
-import { FIXTURE_FILES, loadFixtures } from '../../src/repositories/sources/files.js'
+import { DATA_FILES, loadDataFolder } from '../../src/repositories/sources/files.js'
 import { countRecords, describeCounts, type DirectoryData } from '../../src/repositories/records.js'
 import { KINDS } from '../../src/registry.js'
 import { SCHEMA_VERSION, listTableSql, migrate } from '../../src/repositories/sources/postgres-schema.js'
@@ -25,14 +25,14 @@ const db = (url: string | undefined, ...args: string[]) =>
   run(process.execPath, ['dist/cli/db.js', ...args], { env: { PATH: process.env.PATH ?? '', ...(url ? { DATABASE_URL: url } : {}), DATABASE_CONNECT_TIMEOUT_MS: '0' } })
 
 async function writeData (dir: string, data: DirectoryData) {
-  for (const kind of Object.keys(FIXTURE_FILES) as Array<keyof DirectoryData>) {
-    await writeFile(join(dir, FIXTURE_FILES[kind]), JSON.stringify(data[kind]))
+  for (const kind of Object.keys(DATA_FILES) as Array<keyof DirectoryData>) {
+    await writeFile(join(dir, DATA_FILES[kind]), JSON.stringify(data[kind]))
   }
 }
 
 async function readData (dir: string) {
-  const entries = await Promise.all((Object.keys(FIXTURE_FILES) as Array<keyof DirectoryData>).map(async (kind) =>
-    [kind, JSON.parse(await readFile(join(dir, FIXTURE_FILES[kind]), 'utf8'))]))
+  const entries = await Promise.all((Object.keys(DATA_FILES) as Array<keyof DirectoryData>).map(async (kind) =>
+    [kind, JSON.parse(await readFile(join(dir, DATA_FILES[kind]), 'utf8'))]))
   return Object.fromEntries(entries)
 }
 
@@ -209,11 +209,11 @@ describe('npm run db -- import and export', () => {
   it('round-trips the bundled fixtures byte for byte in every field order', async () => {
     await db(url, 'import', '--data-dir', BUNDLED_FIXTURES_DIR)
     await db(url, 'export', '--data-dir', dir)
-    for (const file of Object.values(FIXTURE_FILES)) {
+    for (const file of Object.values(DATA_FILES)) {
       const original = JSON.parse(await readFile(join(BUNDLED_FIXTURES_DIR, file), 'utf8'))
       const exported = JSON.parse(await readFile(join(dir, file), 'utf8'))
       // Keys are exported in the order of their names.
-      const sort = (list: Array<{ name: string }>) => file === FIXTURE_FILES.keys ? [...list].sort((a, b) => a.name < b.name ? -1 : 1) : list
+      const sort = (list: Array<{ name: string }>) => file === DATA_FILES.keys ? [...list].sort((a, b) => a.name < b.name ? -1 : 1) : list
       expect(JSON.stringify(exported), file).toBe(JSON.stringify(sort(original)))
     }
   })
@@ -243,7 +243,7 @@ describe('npm run db -- import and export', () => {
     await writeData(dir, makeData())
     await db(url, 'import', '--data-dir', dir)
     await writeData(dir, makeData(spoilt))
-    const served = await loadFixtures(dir).then(() => 'loaded', (error: Error) => error.message)
+    const served = await loadDataFolder(dir).then(() => 'loaded', (error: Error) => error.message)
     await expect(db(url, 'import', '--data-dir', dir)).rejects.toMatchObject({ code: 1, stderr: `${served}\n` })
     expect((await query('SELECT count(*)::int AS n FROM members')).rows).toEqual([{ n: 253 }])
     expect((await query('SELECT count(*)::int AS n FROM keys')).rows).toEqual([{ n: 4 }])
@@ -281,24 +281,24 @@ describe('npm run db -- import and export at gateway scale', () => {
   it('round-trips files larger than a data file may be, as export writes them, into a database and back', async () => {
     const data = largeData(70_000, 8_000)
     await writeData(dir, data)
-    for (const kind of ['keys', 'organizations'] as const) expect((await stat(join(dir, FIXTURE_FILES[kind]))).size).toBeGreaterThan(MAX_FILE_BYTES)
+    for (const kind of ['keys', 'organizations'] as const) expect((await stat(join(dir, DATA_FILES[kind]))).size).toBeGreaterThan(MAX_FILE_BYTES)
     const imported = await db(url, 'import', '--data-dir', dir)
     expect(imported.stderr).toBe(`imported ${describeCounts(countRecords(data))} from ${dir} into ${url}\n`)
     const out = join(dir, 'out')
     const exported = await db(url, 'export', '--data-dir', out)
     expect(exported.stderr).toBe(`exported ${describeCounts(countRecords(data))} from ${url} to ${out}\n`)
     // Written as they always were: JSON.stringify(records, null, 2) and a line break.
-    for (const kind of Object.keys(FIXTURE_FILES) as Array<keyof DirectoryData>) {
-      expect(await readFile(join(out, FIXTURE_FILES[kind]), 'utf8'), kind).toBe(JSON.stringify(data[kind], null, 2) + '\n')
+    for (const kind of Object.keys(DATA_FILES) as Array<keyof DirectoryData>) {
+      expect(await readFile(join(out, DATA_FILES[kind]), 'utf8'), kind).toBe(JSON.stringify(data[kind], null, 2) + '\n')
     }
-    expect((await readdir(out)).sort()).toEqual(Object.values(FIXTURE_FILES).sort())
+    expect((await readdir(out)).sort()).toEqual(Object.values(DATA_FILES).sort())
     // The export imported into another database gives the same export.
     const other = await server.createDatabase()
     await db(other, 'migrate')
     expect((await db(other, 'import', '--data-dir', out)).stderr).toContain('8000 organizations with 80000 members, 70000 keys')
     const again = join(dir, 'again')
     await db(other, 'export', '--data-dir', again)
-    for (const file of Object.values(FIXTURE_FILES)) expect((await readFile(join(again, file))).equals(await readFile(join(out, file))), file).toBe(true)
+    for (const file of Object.values(DATA_FILES)) expect((await readFile(join(again, file))).equals(await readFile(join(out, file))), file).toBe(true)
   }, 120_000)
 
   it('refuses a large file\'s duplicate or bad record with today\'s message, and leaves the database as it was', async () => {

@@ -6,10 +6,10 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import pg from 'pg'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
-import { loadFixtures } from '../../src/repositories/sources/files.js'
+import { loadDataFolder } from '../../src/repositories/sources/files.js'
 import { replaceDirectory } from '../../src/repositories/sources/postgres-write.js'
 import { migrate } from '../../src/repositories/sources/postgres-schema.js'
-import type { ApiKey } from '../../src/schemas/fixtures.js'
+import type { ApiKey } from '../../src/schemas/keys-and-organizations.js'
 import { BUNDLED_MANAGEMENT_KEY, startServer, type RunningServer } from '../process.js'
 import { sharedPostgres } from '../postgres.js'
 import { PATIENCE_MS } from '../patience.js'
@@ -53,7 +53,7 @@ const stores: Array<[string, () => Promise<Store>]> = [
     const url = await server.createMigratedDatabase()
     client = new pg.Client({ connectionString: url, application_name: 'psql' })
     await client.connect()
-    await replaceDirectory(client, await loadFixtures('fixtures'))
+    await replaceDirectory(client, await loadDataFolder('fixtures'))
     return { args: [], env: { DATABASE_URL: url } }
   }]
 ]

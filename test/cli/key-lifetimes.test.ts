@@ -5,10 +5,10 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import pg from 'pg'
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { loadFixtures } from '../../src/repositories/sources/files.js'
+import { loadDataFolder } from '../../src/repositories/sources/files.js'
 import { replaceDirectory } from '../../src/repositories/sources/postgres-write.js'
 import { KEY_SELECT, keyOfRow } from '../../src/repositories/sources/postgres.js'
-import type { ApiKey } from '../../src/schemas/fixtures.js'
+import type { ApiKey } from '../../src/schemas/keys-and-organizations.js'
 import { BUNDLED_MANAGEMENT_KEY } from '../process.js'
 import { bearer, build, sha256 } from '../helper.js'
 import { sharedPostgres } from '../postgres.js'
@@ -64,7 +64,7 @@ const stores: Array<[string, () => Promise<Store>]> = [
     const url = await server.createMigratedDatabase()
     client = new pg.Client({ connectionString: url })
     await client.connect()
-    await replaceDirectory(client, await loadFixtures('fixtures'))
+    await replaceDirectory(client, await loadDataFolder('fixtures'))
     const db = client
     return {
       args: [],
@@ -103,7 +103,7 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
     expect(Date.parse(/expiring at (\S+) in /.exec(stderr)![1]!)).toBe(expiry)
     // Served from the store's own data, the clock moved rather than waited for.
     let now = expiry - 1
-    const app = build({ data: { ...await loadFixtures('fixtures'), keys: await store.keys() }, clock: () => now })
+    const app = build({ data: { ...await loadDataFolder('fixtures'), keys: await store.keys() }, clock: () => now })
     expect((await app.inject({ url: '/v1/providers', headers: bearer(secret) })).statusCode).toBe(200)
     now = expiry
     expect((await app.inject({ url: '/v1/providers', headers: bearer(secret) })).statusCode).toBe(401)
@@ -132,7 +132,7 @@ describe.each(stores)('npm run key in %s', (_store, open) => {
     expect(list).toMatch(new RegExp(`\\n  previous secret of ${old.name} +${rotated.previous!.expires_at} +grace\\n`))
     expect(list).not.toContain(old.sha256)
     let now = end - 1
-    const app = build({ data: { ...await loadFixtures('fixtures'), keys }, clock: () => now })
+    const app = build({ data: { ...await loadDataFolder('fixtures'), keys }, clock: () => now })
     const members = (presented: string) => app.inject({ url: '/v1/organization/members', headers: bearer(presented) }).then((res) => [res.statusCode, res.json().error?.message])
     expect(old.sha256).toBe(sha256(BUNDLED_MANAGEMENT_KEY))
     expect([await members(BUNDLED_MANAGEMENT_KEY), await members(secret)]).toEqual([[200, undefined], [200, undefined]])

@@ -6,7 +6,7 @@ import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/Horizo
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1/PodDisruptionBudget'
 import { Service } from 'kubernetes-models/v1/Service'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { FIXTURE_FILES, loadFixtures } from '../../src/repositories/sources/files.js'
+import { DATA_FILES, loadDataFolder } from '../../src/repositories/sources/files.js'
 
 const BASE = 'deploy/kubernetes'
 
@@ -134,14 +134,14 @@ describe('the Kubernetes base (deploy/kubernetes)', () => {
       ])
       const fixtures = kustomization.configMapGenerator[0]!.files.map((file) => basename(file))
       const keys = kustomization.secretGenerator[0]!.files.map((file) => basename(file))
-      expect(keys).toEqual([FIXTURE_FILES.keys])
-      expect([...fixtures, ...keys].sort()).toEqual(Object.values(FIXTURE_FILES).sort())
+      expect(keys).toEqual([DATA_FILES.keys])
+      expect([...fixtures, ...keys].sort()).toEqual(Object.values(DATA_FILES).sort())
     })
 
     it('ships generator data that the server accepts, with no key in it', async () => {
       const folders = new Set([...kustomization.configMapGenerator[0]!.files, ...kustomization.secretGenerator[0]!.files].map((file) => join(BASE, file, '..')))
       expect(folders.size).toBe(1)
-      const data = await loadFixtures([...folders][0]!)
+      const data = await loadDataFolder([...folders][0]!)
       expect(data.keys).toEqual([])
     })
 

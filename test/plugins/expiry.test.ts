@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest'
 import { KEYS, bearer, build, makeData, sha256, snapshotsOf } from '../helper.js'
 import { createSnapshot } from '../../src/repositories/snapshot.js'
 import { KeyTable } from '../../src/repositories/key-table.js'
-import type { ApiKey } from '../../src/schemas/fixtures.js'
+import type { ApiKey } from '../../src/schemas/keys-and-organizations.js'
 
 const EXPIRY = '2026-12-31T23:59:59Z'
 const AT = Date.parse(EXPIRY)

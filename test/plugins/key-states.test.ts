@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { KEYS, bearer, build, makeData, sha256, snapshotsOf } from '../helper.js'
 import { createSnapshot, withRecords, type Snapshot } from '../../src/repositories/snapshot.js'
-import type { ApiKey } from '../../src/schemas/fixtures.js'
+import type { ApiKey } from '../../src/schemas/keys-and-organizations.js'
 
 // A key disabled, with a previous secret, with its own limit: answered alike whether the key came in a
 // whole read (a key table) or in a change applied to the snapshot (its overlay).

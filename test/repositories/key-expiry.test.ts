@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { createLifecycle, type Lifecycle } from '../../src/repositories/lifecycle.js'
-import { createFileSource, FIXTURE_FILES } from '../../src/repositories/sources/files.js'
+import { createFileSource, DATA_FILES } from '../../src/repositories/sources/files.js'
 import { createPostgresSource } from '../../src/repositories/sources/postgres.js'
 import type { DirectoryData } from '../../src/repositories/records.js'
 import { KEYS, bearer, build, makeData, watchLifecycle } from '../helper.js'
@@ -33,7 +33,7 @@ const sources: Array<[string, (data: DirectoryData) => Promise<Lifecycle>]> = [
   ['files', async (data) => {
     const dir = await mkdtemp(join(tmpdir(), 'expiry-'))
     folders.push(dir)
-    for (const [kind, file] of Object.entries(FIXTURE_FILES)) await writeFile(join(dir, file), JSON.stringify(data[kind as keyof DirectoryData]))
+    for (const [kind, file] of Object.entries(DATA_FILES)) await writeFile(join(dir, file), JSON.stringify(data[kind as keyof DirectoryData]))
     return createLifecycle(createFileSource(dir))
   }],
   ['PostgreSQL', async (data) => {

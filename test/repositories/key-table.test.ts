@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest'
 import { Value } from '@sinclair/typebox/value'
 import { KeyTable, isApiKey } from '../../src/repositories/key-table.js'
 import { recordProblem } from '../../src/repositories/records.js'
-import { ApiKeySchema } from '../../src/schemas/fixtures.js'
+import { ApiKeySchema } from '../../src/schemas/keys-and-organizations.js'
 import { sha256 } from '../helper.js'
 
 describe('isApiKey', () => {

@@ -3,7 +3,7 @@ import { createLifecycle, type Lifecycle } from '../../src/repositories/lifecycl
 import { DataError } from '../../src/repositories/records.js'
 import { KINDS, RECORD_KINDS, type RecordKind } from '../../src/registry.js'
 import type { Batch, Change, Refusal, Source, SourceEvents } from '../../src/repositories/source.js'
-import type { ApiKey } from '../../src/schemas/fixtures.js'
+import type { ApiKey } from '../../src/schemas/keys-and-organizations.js'
 import { makeData, watchLifecycle } from '../helper.js'
 
 /**

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { applyChange, compactIndex, createSnapshot, withRecords, type Snapshot } from '../../src/repositories/snapshot.js'
 import type { Organization } from '../../src/repositories/records.js'
-import type { ApiKey } from '../../src/schemas/fixtures.js'
+import type { ApiKey } from '../../src/schemas/keys-and-organizations.js'
 import { makeData, recordsOf, sha256 } from '../helper.js'
 
 const key = (i: number, overrides: Partial<ApiKey> = {}): ApiKey => ({

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { ListEndpointsZdrResponse$inboundSchema } from '@openrouter/sdk/models/operations'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { createLifecycle, type Lifecycle } from '../../src/repositories/lifecycle.js'
-import { createFileSource, FIXTURE_FILES, loadFixtures } from '../../src/repositories/sources/files.js'
+import { createFileSource, DATA_FILES, loadDataFolder } from '../../src/repositories/sources/files.js'
 import { createPostgresSource } from '../../src/repositories/sources/postgres.js'
 import type { DirectoryData } from '../../src/repositories/records.js'
 import type { Endpoint } from '../../src/schemas/endpoint.js'
@@ -27,7 +27,7 @@ afterEach(async () => {
 async function folderOf (data: DirectoryData) {
   const dir = await mkdtemp(join(tmpdir(), 'vendor-fields-'))
   folders.push(dir)
-  for (const [kind, file] of Object.entries(FIXTURE_FILES)) await writeFile(join(dir, file), JSON.stringify(data[kind as keyof DirectoryData]))
+  for (const [kind, file] of Object.entries(DATA_FILES)) await writeFile(join(dir, file), JSON.stringify(data[kind as keyof DirectoryData]))
   return dir
 }
 
@@ -95,6 +95,6 @@ describe('zdr-endpoints.json with a newer field wrong', () => {
       'zdr-endpoints.json: [1].perf_last_30m_by_workload.text_generation.request_count: is required']
   ])('refuses %s, naming the file, the record and the field', async (_case, fields, message) => {
     const dir = await folderOf(makeData({ endpoints: [makeVendorEndpoint(0), makeVendorEndpoint(1, fields as object)] }))
-    await expect(loadFixtures(dir)).rejects.toThrow(message)
+    await expect(loadDataFolder(dir)).rejects.toThrow(message)
   })
 })

@@ -1,7 +1,7 @@
 import { Value } from '@sinclair/typebox/value'
 import { describe, expect, it } from 'vitest'
 import { describeErrors } from '../../src/schemas/describe-error.js'
-import { ApiKeySchema, OrganizationSchema } from '../../src/schemas/fixtures.js'
+import { ApiKeySchema, OrganizationSchema } from '../../src/schemas/keys-and-organizations.js'
 import { ProviderSchema } from '../../src/schemas/provider.js'
 
 const KEY = { name: 'ci', sha256: 'a'.repeat(64), kind: 'standard', organization_id: 'org_1' }

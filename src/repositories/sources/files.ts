@@ -10,7 +10,7 @@ import { readAll, type Batch, type Change, type Refusal, type Source, type Sourc
 import type { Member } from '../../schemas/member.js'
 
 /** The data file of each kind, by kind. */
-export const FIXTURE_FILES = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, KINDS[kind].file])) as { [K in RecordKind]: (typeof KINDS)[K]['file'] }
+export const DATA_FILES = Object.fromEntries(RECORD_KINDS.map((kind) => [kind, KINDS[kind].file])) as { [K in RecordKind]: (typeof KINDS)[K]['file'] }
 
 /**
  * Events of a burst (an editor's or Kubernetes' several writes) are looked at once, this long
@@ -68,7 +68,7 @@ async function readFile<K extends RecordKind> (dir: string, kind: K): Promise<Ch
 }
 
 /** Reads and validates the data files of a folder once; throws a DataError naming file, record and field. */
-export async function loadFixtures (dir: string): Promise<DirectoryData> {
+export async function loadDataFolder (dir: string): Promise<DirectoryData> {
   return await readAll(createFileSource(dir))
 }
 

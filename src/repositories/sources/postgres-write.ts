@@ -1,7 +1,7 @@
 import type pg from 'pg'
 import { type DirectoryData, type Loaded, type Records } from '../records.js'
 import { KINDS, RECORD_KINDS, type RecordKind } from '../../registry.js'
-import type { ApiKey } from '../../schemas/fixtures.js'
+import type { ApiKey } from '../../schemas/keys-and-organizations.js'
 import { checkSchema } from './postgres-schema.js'
 import { KEY_SELECT, keyOfRow } from './postgres.js'
 import { LIST_KINDS } from '../../registry.js'

@@ -2,7 +2,7 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { FIXTURE_FILES, loadFixtures } from '../../../src/repositories/sources/files.js'
+import { DATA_FILES, loadDataFolder } from '../../../src/repositories/sources/files.js'
 import { readRecordBatches } from '../../../src/repositories/sources/file-stream.js'
 import { compactMembers, type DirectoryData } from '../../../src/repositories/records.js'
 import { RECORD_KINDS } from '../../../src/registry.js'
@@ -15,7 +15,7 @@ beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'file-stream-')) })
 afterEach(() => rm(dir, { recursive: true, force: true }))
 
 async function writeData (data: Record<string, unknown>, indent?: number) {
-  for (const kind of RECORD_KINDS) await writeFile(join(dir, FIXTURE_FILES[kind]), JSON.stringify(data[kind], null, indent))
+  for (const kind of RECORD_KINDS) await writeFile(join(dir, DATA_FILES[kind]), JSON.stringify(data[kind], null, indent))
 }
 
 /** What npm run db -- import reads of the folder, kind after kind: every record, or the first refusal. */
@@ -34,7 +34,7 @@ async function streamed () {
 
 /** What the server reads of the same folder. */
 async function served () {
-  return await loadFixtures(dir).then((data) => ({ data: JSON.parse(JSON.stringify(data)) as unknown }), (error: Error) => ({ message: error.message }))
+  return await loadDataFolder(dir).then((data) => ({ data: JSON.parse(JSON.stringify(data)) as unknown }), (error: Error) => ({ message: error.message }))
 }
 
 const key = (name: string, sha: string, extra: Record<string, unknown> = {}) => ({ name, sha256: sha.repeat(64), kind: 'standard', organization_id: 'o', ...extra })

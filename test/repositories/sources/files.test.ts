@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { join } from 'node:path'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../../../src/config.js'
-import { FIXTURE_FILES, createFileSource, loadFixtures } from '../../../src/repositories/sources/files.js'
+import { DATA_FILES, createFileSource, loadDataFolder } from '../../../src/repositories/sources/files.js'
 import { type DirectoryData } from '../../../src/repositories/records.js'
 import { RECORD_KINDS } from '../../../src/registry.js'
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
@@ -17,18 +17,18 @@ beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'fixtures-')) })
 afterEach(() => rm(dir, { recursive: true, force: true }))
 
 async function writeData (data: DirectoryData) {
-  await Promise.all((Object.keys(FIXTURE_FILES) as Array<keyof DirectoryData>).map((name) =>
-    writeFile(join(dir, FIXTURE_FILES[name]), JSON.stringify(data[name]))))
+  await Promise.all((Object.keys(DATA_FILES) as Array<keyof DirectoryData>).map((name) =>
+    writeFile(join(dir, DATA_FILES[name]), JSON.stringify(data[name]))))
 }
 
 async function loadError (data: Record<string, unknown>) {
   await writeData({ ...makeData(), ...data } as DirectoryData)
-  return loadFixtures(dir).then(() => 'loaded', (error: Error) => error.message)
+  return loadDataFolder(dir).then(() => 'loaded', (error: Error) => error.message)
 }
 
 describe('the bundled fixtures', () => {
   it('are valid and realistic in size', async () => {
-    const data = await loadFixtures(BUNDLED_FIXTURES_DIR)
+    const data = await loadDataFolder(BUNDLED_FIXTURES_DIR)
     expect(data.providers.length).toBeGreaterThanOrEqual(24)
     expect(data.endpoints.length).toBeGreaterThanOrEqual(24)
     expect(data.organizations).toHaveLength(2)
@@ -40,7 +40,7 @@ describe('loading fixtures', () => {
   it('returns the records exactly as written, in order', async () => {
     const data = makeData()
     await writeData(data)
-    expect(await loadFixtures(dir)).toStrictEqual(data)
+    expect(await loadDataFolder(dir)).toStrictEqual(data)
   })
 
   const providers = [makeProvider(0), makeProvider(1), makeProvider(2), makeProvider(3)]
@@ -148,13 +148,13 @@ describe('loading fixtures', () => {
   it('names the file when it is not JSON', async () => {
     await writeData(makeData())
     await writeFile(join(dir, 'zdr-endpoints.json'), '[{"model_id": ')
-    await expect(loadFixtures(dir)).rejects.toThrow(/^zdr-endpoints\.json: not valid JSON/)
+    await expect(loadDataFolder(dir)).rejects.toThrow(/^zdr-endpoints\.json: not valid JSON/)
   })
 
   it('names the file when it is missing', async () => {
     await writeData(makeData())
     await rm(join(dir, 'keys.json'))
-    await expect(loadFixtures(dir)).rejects.toThrow(/^keys\.json: cannot read .*keys\.json \(ENOENT\)/)
+    await expect(loadDataFolder(dir)).rejects.toThrow(/^keys\.json: cannot read .*keys\.json \(ENOENT\)/)
   })
 })
 
@@ -166,7 +166,7 @@ describe('following changes to the folder', () => {
   /** Writes a data set into a folder of its own, as the kubelet does before it swaps `..data` to it. */
   async function writeVersion (name: string, data: DirectoryData) {
     await mkdir(join(dir, name))
-    await Promise.all(RECORD_KINDS.map((kind) => writeFile(join(dir, name, FIXTURE_FILES[kind]), JSON.stringify(data[kind]))))
+    await Promise.all(RECORD_KINDS.map((kind) => writeFile(join(dir, name, DATA_FILES[kind]), JSON.stringify(data[kind]))))
   }
 
   async function follow (folder = dir) {
@@ -202,7 +202,7 @@ describe('following changes to the folder', () => {
     // The layout the kubelet makes: files are symlinks through ..data to a timestamped folder.
     await writeVersion('..2026_11_23_01', makeData())
     await symlink('..2026_11_23_01', join(dir, '..data'))
-    await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', FIXTURE_FILES[kind]), join(dir, FIXTURE_FILES[kind]))))
+    await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', DATA_FILES[kind]), join(dir, DATA_FILES[kind]))))
     await follow()
 
     const next = makeData({ providers: [makeProvider(9)], keys: makeData().keys.slice(2) })
@@ -218,7 +218,7 @@ describe('following changes to the folder', () => {
   it('serves a regular file put over a link into ..data from itself, the linked files from their generation, and follows a change to either', async () => {
     await writeVersion('..2026_11_28_01', makeData())
     await symlink('..2026_11_28_01', join(dir, '..data'))
-    await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', FIXTURE_FILES[kind]), join(dir, FIXTURE_FILES[kind]))))
+    await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', DATA_FILES[kind]), join(dir, DATA_FILES[kind]))))
     // keys.json renamed over its link, as an editor or kubectl cp leaves it: the path holds it now.
     const own = makeData().keys.slice(0, 2)
     await writeFile(join(dir, 'keys.json.tmp'), JSON.stringify(own))
@@ -240,7 +240,7 @@ describe('following changes to the folder', () => {
   it('installs files swapped together in one snapshot, however long the slowest takes to read', async () => {
     await writeVersion('..v1', makeData())
     await symlink('..v1', join(dir, '..data'))
-    await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', FIXTURE_FILES[kind]), join(dir, FIXTURE_FILES[kind]))))
+    await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', DATA_FILES[kind]), join(dir, DATA_FILES[kind]))))
     lifecycle = createLifecycle(createFileSource(dir))
     await lifecycle.load()
     // Every snapshot installed is checked: a key whose organization it lacks is a key answered 404.
@@ -279,7 +279,7 @@ describe('following changes to the folder', () => {
       const data = makeData({ providers: [makeProvider(n)] })
       mkdirSync(join(dir, `..gen_${n}`))
       for (const kind of RECORD_KINDS) {
-        writeFileSync(join(dir, `..gen_${n}`, FIXTURE_FILES[kind]),
+        writeFileSync(join(dir, `..gen_${n}`, DATA_FILES[kind]),
           kind === 'keys' ? Buffer.concat([keys, Buffer.from(`,${JSON.stringify({ ...makeData().keys[0], name: `generation-${n}` })}]`)]) : JSON.stringify(data[kind]))
       }
       symlinkSync(`..gen_${n}`, join(dir, '..data_tmp'))
@@ -288,7 +288,7 @@ describe('following changes to the folder', () => {
       if (n > 0) rmSync(join(dir, `..gen_${n - 1}`), { recursive: true })
     }
     publish(0)
-    await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', FIXTURE_FILES[kind]), join(dir, FIXTURE_FILES[kind]))))
+    await Promise.all(RECORD_KINDS.map((kind) => symlink(join('..data', DATA_FILES[kind]), join(dir, DATA_FILES[kind]))))
     await follow()
 
     // A swap every 100 ms or so, until the test has what it waits for.
@@ -417,7 +417,7 @@ describe('following changes to the folder', () => {
     await rename(dir, `${dir}-old`)
     const replacement = `${dir}-new`
     await mkdir(replacement)
-    await Promise.all(RECORD_KINDS.map((kind) => writeFile(join(replacement, FIXTURE_FILES[kind]), JSON.stringify(makeData({ providers: [makeProvider(5)] })[kind]))))
+    await Promise.all(RECORD_KINDS.map((kind) => writeFile(join(replacement, DATA_FILES[kind]), JSON.stringify(makeData({ providers: [makeProvider(5)] })[kind]))))
     await rename(replacement, dir)
     await watched.until((data) => data.providers[0]?.slug === 'provider-5')
     await rm(`${dir}-old`, { recursive: true })
@@ -434,7 +434,7 @@ describe('a large file that is not valid, renamed into the folder of a server', 
   beforeAll(async () => {
     folder = await mkdtemp(join(tmpdir(), 'large-file-'))
     const data = makeData()
-    await Promise.all(RECORD_KINDS.map((kind) => writeFile(join(folder, FIXTURE_FILES[kind]), JSON.stringify(data[kind]))))
+    await Promise.all(RECORD_KINDS.map((kind) => writeFile(join(folder, DATA_FILES[kind]), JSON.stringify(data[kind]))))
     lifecycle = createLifecycle(createFileSource(folder))
     await lifecycle.load()
     watched = watchLifecycle(lifecycle, 50_000)

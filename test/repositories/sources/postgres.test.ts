@@ -6,7 +6,7 @@ import { type DirectoryData } from '../../../src/repositories/records.js'
 import { LIST_KINDS, RECORD_KINDS } from '../../../src/registry.js'
 import { MAX_MEMBERS } from '../../../src/repositories/member-list.js'
 import { readAll } from '../../../src/repositories/source.js'
-import { loadFixtures } from '../../../src/repositories/sources/files.js'
+import { loadDataFolder } from '../../../src/repositories/sources/files.js'
 import { createPostgresSource, locationOf, type PostgresSourceOptions } from '../../../src/repositories/sources/postgres.js'
 import { SCHEMA_VERSION, migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
@@ -83,7 +83,7 @@ describe('loading from PostgreSQL', () => {
   })
 
   it('serves the same bytes and ETags as the files for the same data', async () => {
-    const data = await loadFixtures(BUNDLED_FIXTURES_DIR)
+    const data = await loadDataFolder(BUNDLED_FIXTURES_DIR)
     await importData(data)
     const { app } = await follow()
     const files = build({ data })
