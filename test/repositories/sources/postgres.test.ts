@@ -6,8 +6,11 @@ import { type DirectoryData } from '../../../src/repositories/records.js'
 import { LIST_KINDS, RECORD_KINDS } from '../../../src/registry.js'
 import { MAX_MEMBERS } from '../../../src/repositories/member-list.js'
 import { readAll } from '../../../src/repositories/source.js'
+import { createSnapshot } from '../../../src/repositories/snapshot.js'
+import { KeyTable } from '../../../src/repositories/key-table.js'
+import type { ApiKey } from '../../../src/schemas/fixtures.js'
 import { loadFixtures } from '../../../src/repositories/sources/files.js'
-import { createPostgresSource, locationOf, type PostgresSourceOptions } from '../../../src/repositories/sources/postgres.js'
+import { createPostgresSource, KEY_SELECT, keyOfRow, locationOf, type PostgresSourceOptions } from '../../../src/repositories/sources/postgres.js'
 import { SCHEMA_VERSION, migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
 import { bearer, build, KEYS, makeData, makeProvider, recordsOf, sha256, watchLifecycle } from '../../helper.js'
@@ -111,6 +114,33 @@ describe('loading from PostgreSQL', () => {
     const { data, refusal } = await follow()
     expect(data.providers.map((provider) => provider.slug)).toEqual(['provider-1', 'provider-2'])
     expect(await refusal()).toEqual({ kind: 'providers', problem: 'table providers, row slug "provider-3": headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code' })
+  })
+
+  it('reads keys whole from COPY\'s bytes as their rows\' texts say: names and ids of several bytes a character, every field a key may have, rows cut between chunks, a bad hash refused alone', async () => {
+    await importData(makeData())
+    await admin.query('ALTER TABLE keys DROP CONSTRAINT keys_sha256_check')
+    // Some 3 MB of rows: a whole read takes them in chunks of some 64 KiB, rows cut between two.
+    await admin.query(`INSERT INTO keys (name, sha256, kind, organization_id, expires_at, disabled, rate_limit_per_minute, previous_sha256, previous_expires_at)
+      SELECT CASE WHEN i % 100 = 0 THEN 'clé-名前-😀-' ELSE 'k-' END || i, encode(sha256(('k-' || i)::bytea), 'hex'),
+        CASE WHEN i % 10 = 0 THEN 'management' ELSE 'standard' END, CASE WHEN i % 7 = 0 THEN 'org_é' ELSE 'org_' || i % 50 END,
+        CASE WHEN i % 3 = 0 THEN timestamptz '2030-01-01T00:00:00Z' + i * interval '1.5 s' END, i % 5 = 0, CASE WHEN i % 11 = 0 THEN i END,
+        CASE WHEN i % 13 = 0 THEN encode(sha256(('old-' || i)::bytea), 'hex') END, CASE WHEN i % 13 = 0 THEN timestamptz '2029-06-01T12:00:00.5+02:00' END
+      FROM generate_series(1, 20000) AS i`)
+    await admin.query(`INSERT INTO keys (name, sha256, kind, organization_id) VALUES ('bad-hash', upper('${sha256('bad')}'), 'standard', 'org_alpha')`)
+    // What the rows' texts make, each key checked as a file's record is.
+    const { rows } = await admin.query<string[]>({ text: KEY_SELECT, rowMode: 'array' })
+    const expected = rows.map((row) => keyOfRow(row).key).filter((key) => key.name !== 'bad-hash')
+    const { app, data, lifecycle, refusal } = await follow()
+    expect(await refusal()).toEqual({ kind: 'keys', problem: 'table keys, row name "bad-hash": sha256: is not a lowercase hex SHA-256' })
+    const byName = (keys: readonly ApiKey[]) => [...keys].sort((a, b) => a.name < b.name ? -1 : 1)
+    expect(data.keys).toHaveLength(20_004)
+    // As a table holds them (an instant to the millisecond), compared as records.
+    const records = (keys: Iterable<ApiKey>) => JSON.parse(JSON.stringify([...keys])) as unknown
+    expect(records(data.keys)).toStrictEqual(records(KeyTable.of(byName(expected), 'the texts').values()))
+    // The same hashes as the keys made from texts: the same fingerprint.
+    expect(lifecycle.current().fingerprint).toBe((await createSnapshot({ ...data, keys: expected })).fingerprint)
+    expect((await app.inject({ url: '/v1/providers', headers: bearer('bad') })).statusCode).toBe(401)
+    expect((await app.inject({ url: '/v1/providers', headers: bearer('k-7') })).statusCode).toBe(200)
   })
 
   it('refuses to start on a database without the schema', async () => {
