@@ -376,6 +376,7 @@ export const ORGANIZATION_COLUMNS = boundedColumns(OrganizationSchema, ['id', 'n
 export const MEMBER_FIELDS = boundedColumns(MemberSchema, ['id', 'email', 'first_name', 'last_name', 'role'], 'id')
 /** A member row, in array mode: organization_id, id, email, first_name, last_name, role, and what was left unread. */
 const MEMBER_COLUMNS = `organization_id, ${MEMBER_FIELDS.select}, ${MEMBER_FIELDS.over}`
+/** Where MEMBER_COLUMNS' `over` is in a row of FieldRows (its pair at 2 × the column). */
 const MEMBER_OVER_COLUMN = 6
 /**
  * The members of organizations whose ids are within their bound: one past it is refused on its own
