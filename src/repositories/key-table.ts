@@ -44,6 +44,16 @@ function readProbe (sha256: string): boolean {
   return sha256.length === 64 && probeBytes.write(sha256, 'hex') === 32
 }
 
+/** Each byte's value as a lowercase hex digit (ApiKeySchema's pattern takes no capitals), -1 for any other byte. */
+const HEX_DIGITS = new Int8Array(256).fill(-1)
+for (let digit = 0; digit < 16; digit++) HEX_DIGITS['0123456789abcdef'.charCodeAt(digit)] = digit
+
+/** The key kinds as UTF-8, to compare a kind given as bytes with. */
+const KIND_BYTES = KEY_KINDS.map((kind) => Buffer.from(kind))
+
+/** The fields a key may have besides its four. */
+export type KeyOptions = Pick<ApiKey, 'expires_at' | 'disabled' | 'rate_limit_per_minute' | 'previous'>
+
 /**
  * Whether `value` passes ApiKeySchema: its verdict, written out because a million keys are checked
  * at each whole read (a start, a change to keys.json), and the schema's pattern took longer than the
@@ -168,7 +178,7 @@ function instantOf (value: string | null | undefined): number {
 }
 
 /** A key's previous secret as a KeyTable holds it, or undefined. */
-function previousOf (key: ApiKey): PreviousSecret | undefined {
+function previousOf (key: KeyOptions): PreviousSecret | undefined {
   if (key.previous == null) return undefined
   return { sha256: key.previous.sha256, endMs: instantOf(key.previous.expires_at) }
 }
@@ -192,14 +202,35 @@ export function isPreviousSecret (key: ApiKey): boolean {
   return (key as { [PREVIOUS_SECRET]?: true })[PREVIOUS_SECRET] === true
 }
 
+/** FNV-1a's offset basis and prime: a name's hash starts from the one, and takes each character in with the other. */
+const FNV_BASIS = 0x811c9dc5
+const FNV_PRIME = 0x01000193
+
 function nameHash (name: string): number {
-  let h = 0x811c9dc5
-  for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 0x01000193)
-  // FNV-1a's low bits alone follow the last characters: names that count up would fall in runs of
-  // neighbouring slots. Mixed (MurmurHash3's finalizer), every bit depends on every character.
+  let h = FNV_BASIS
+  for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), FNV_PRIME)
+  return finishNameHash(h)
+}
+
+/**
+ * FNV-1a's low bits alone follow the last characters: names that count up would fall in runs of
+ * neighbouring slots. Mixed (MurmurHash3's finalizer), every bit depends on every character.
+ */
+function finishNameHash (h: number): number {
   h = Math.imul(h ^ (h >>> 16), 0x85ebca6b)
   h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35)
   return (h ^ (h >>> 16)) >>> 0
+}
+
+/** nameHash of the ASCII text at bytes[start, end) (a character is its byte); -1 when a byte is not ASCII. */
+function asciiHash (bytes: Buffer, start: number, end: number): number {
+  let h = FNV_BASIS
+  for (let i = start; i < end; i++) {
+    const byte = bytes[i]!
+    if (byte >= 0x80) return -1
+    h = Math.imul(h ^ byte, FNV_PRIME)
+  }
+  return finishNameHash(h)
 }
 
 /**
@@ -429,6 +460,8 @@ export class KeyTableBuilder {
   private nameBytes: Buffer
   private nameEnds: Uint32Array
   private shas: Uint32Array
+  /** The same memory as `shas`, where addBytes writes a SHA-256 a byte at a time. */
+  private shaBytes: Uint8Array
   private kinds: Uint8Array
   private organizations: Uint32Array
   private nameHashes: Uint32Array
@@ -440,6 +473,17 @@ export class KeyTableBuilder {
   private readonly organizationIds: string[] = []
   private readonly organizationIndex = new Map<string, number>()
   private readonly organizationHashes: number[] = []
+  /**
+   * The organizations addBytes met, by their ids' bytes: open-addressed slots of an entry + 1, and
+   * each entry's organization and where its id is in organizationBytes. Found without making the
+   * id a string, as a million keys of a hundred thousand organizations are read.
+   */
+  private organizationSlots = new Int32Array(1024)
+  /** Entry n's start in organizationBytes, length and organization, at 3n: one cache line a lookup, not three. */
+  private organizationEntries = new Int32Array(3 * 512)
+  private organizationEntryCount = 0
+  private organizationBytes = Buffer.allocUnsafeSlow(16 * 1024)
+  private organizationBytesUsed = 0
   private nameSlots: Int32Array
   private shaSlots: Int32Array
 
@@ -450,6 +494,7 @@ export class KeyTableBuilder {
     this.nameBytes = Buffer.allocUnsafeSlow(capacity * 16)
     this.nameEnds = new Uint32Array(capacity)
     this.shas = new Uint32Array(capacity * SHA_WORDS)
+    this.shaBytes = new Uint8Array(this.shas.buffer)
     this.kinds = new Uint8Array(capacity)
     this.organizations = new Uint32Array(capacity)
     this.nameHashes = new Uint32Array(capacity)
@@ -469,7 +514,7 @@ export class KeyTableBuilder {
     const start = this.nameRoom(row, key.name.length * 3)
     // Well-formed (ApiKeySchema): UTF-8 gives back the same name.
     this.nameEnds[row] = start + this.nameBytes.write(key.name, start, 'utf8')
-    this.fill(row, key.name, nameHash(key.name), KEY_KINDS.indexOf(key.kind), key.organization_id, expiryOf(key),
+    this.fill(row, key.name, nameHash(key.name), KEY_KINDS.indexOf(key.kind), this.organizationIndexOf(key.organization_id), expiryOf(key),
       key.disabled === true, key.rate_limit_per_minute ?? 0, previousOf(key))
   }
 
@@ -482,8 +527,60 @@ export class KeyTableBuilder {
     const start = this.nameRoom(next, length)
     table.nameBytes.copy(this.nameBytes, start, from, from + length)
     this.nameEnds[next] = start + length
-    this.fill(next, undefined, table.nameHashes[row]!, table.kinds[row]!, table.organizationIds[table.organizations[row]!]!, table.expiries[row]!,
+    this.fill(next, undefined, table.nameHashes[row]!, table.kinds[row]!, this.organizationIndexOf(table.organizationIds[table.organizations[row]!]!), table.expiries[row]!,
       table.disabled[row] === 1, table.limits[row]!, table.previous.size === 0 ? undefined : table.previous.get(row))
+  }
+
+  /**
+   * Adds a key given as UTF-8, the next row, without a string for its fields: its name, sha256, kind
+   * and organization_id are at `bytes`, as (start, length) pairs from fields[at] on, in that order (a
+   * length of -1 for NULL); `options`, its other fields, as add takes them. Answers false, having
+   * added nothing, for a key it cannot take from the bytes alone: a field ApiKeySchema may refuse, a
+   * NULL, or a name or organization id that is not ASCII (their hashes are of UTF-16 text). The caller
+   * then checks the key as a record (recordProblem), which says what is wrong, and adds it if valid.
+   */
+  addBytes (bytes: Buffer, fields: Int32Array, at: number, options: KeyOptions | undefined): boolean {
+    const name = fields[at]!
+    const nameLength = fields[at + 1]!
+    const sha = fields[at + 2]!
+    const organization = fields[at + 6]!
+    const organizationLength = fields[at + 7]!
+    // ASCII: as many characters as bytes.
+    if (nameLength < 1 || nameLength > IDENTIFIER_MAX || organizationLength < 1 || organizationLength > IDENTIFIER_MAX || fields[at + 3] !== 64) return false
+    const kind = kindOfBytes(bytes, fields[at + 4]!, fields[at + 5]!)
+    if (kind < 0) return false
+    const organizationHash = asciiHash(bytes, organization, organization + organizationLength)
+    if (organizationHash < 0) return false
+    if (options !== undefined) {
+      for (const field in options) {
+        const check = OPTIONAL_FIELDS[field]
+        if (check === undefined || !check(options[field as keyof KeyOptions])) return false
+      }
+    }
+    // Written in place, row `row` not yet counted: a field found wrong halfway leaves nothing behind.
+    const row = this.reserve()
+    const shaBytes = this.shaBytes
+    for (let i = 0, to = row * SHA_WORDS * 4; i < 64; i += 2) {
+      const high = HEX_DIGITS[bytes[sha + i]!]!
+      const low = HEX_DIGITS[bytes[sha + i + 1]!]!
+      if ((high | low) < 0) return false
+      shaBytes[to++] = (high << 4) | low
+    }
+    // Copied a byte at a time as it is hashed: Buffer's copy costs more than that for a few bytes.
+    const start = this.nameRoom(row, nameLength)
+    const nameBytes = this.nameBytes
+    let hash = FNV_BASIS
+    for (let i = 0; i < nameLength; i++) {
+      const byte = bytes[name + i]!
+      if (byte >= 0x80) return false
+      nameBytes[start + i] = byte
+      hash = Math.imul(hash ^ byte, FNV_PRIME)
+    }
+    hash = finishNameHash(hash)
+    this.nameEnds[row] = start + nameLength
+    this.fill(row, undefined, hash, kind, this.organizationOfBytes(bytes, organization, organization + organizationLength, organizationHash),
+      instantOf(options?.expires_at), options?.disabled === true, options?.rate_limit_per_minute ?? 0, options === undefined ? undefined : previousOf(options))
+    return true
   }
 
   finish (): KeyTable {
@@ -492,10 +589,17 @@ export class KeyTableBuilder {
     if (slotsFor(size) * 2 <= this.nameSlots.length) this.index(slotsFor(size))
     const nameBytes = Buffer.allocUnsafeSlow(nameStart(this.nameEnds, size))
     this.nameBytes.copy(nameBytes, 0, 0, nameBytes.length)
-    return new KeyTable(size, this.sum, nameBytes, this.nameEnds.slice(0, size), this.nameHashes.slice(0, size),
-      this.shas.slice(0, size * SHA_WORDS), this.kinds.slice(0, size),
-      this.organizations.slice(0, size), this.organizationIds, this.expiries.slice(0, size), this.disabled.slice(0, size),
-      this.limits.slice(0, size), this.previous, this.previousRows, this.nameSlots, this.shaSlots)
+    // Columns sized for about the rows that came (PostgreSQL's estimate) are kept, as views of their
+    // first rows: copying a million keys' columns (some 60 MB) into arrays of the exact size held the
+    // event loop for 20 to 190 ms, the most the first time, as the new memory was touched. Columns
+    // grown past their rows (doubled) are copied, not to hold the room.
+    const copy = this.kinds.length > size * 1.25
+    const fit = <T extends Uint32Array | Uint8Array | Float64Array>(column: T, length: number): T =>
+      (copy ? column.slice(0, length) : column.subarray(0, length)) as T
+    return new KeyTable(size, this.sum, nameBytes, fit(this.nameEnds, size), fit(this.nameHashes, size),
+      fit(this.shas, size * SHA_WORDS), fit(this.kinds, size),
+      fit(this.organizations, size), this.organizationIds, fit(this.expiries, size), fit(this.disabled, size),
+      fit(this.limits, size), this.previous, this.previousRows, this.nameSlots, this.shaSlots)
   }
 
   /** Where row `row`'s name starts, with room for `bytes` bytes after it (the buffer doubled, or more, when short). */
@@ -509,20 +613,73 @@ export class KeyTableBuilder {
     return start
   }
 
-  private reserve (): number {
-    if (this.size === this.kinds.length) this.grow()
-    return this.size
-  }
-
-  /** Row `row`'s columns, its name's bytes written already (`name` is its text when at hand, for messages). */
-  private fill (row: number, name: string | undefined, hash: number, kind: number, organization: string, expiry: number,
-    disabled: boolean, limit: number, previous: PreviousSecret | undefined) {
+  /** The index of an organization by its id, added when new. */
+  private organizationIndexOf (organization: string): number {
     let index = this.organizationIndex.get(organization)
     if (index === undefined) {
       index = this.organizationIds.push(organization) - 1
       this.organizationIndex.set(organization, index)
       this.organizationHashes.push(nameHash(organization))
     }
+    return index
+  }
+
+  /** organizationIndexOf the ASCII id at bytes[start, end), whose nameHash is `hash`: its text made only the first time it is met. */
+  private organizationOfBytes (bytes: Buffer, start: number, end: number, hash: number): number {
+    const slots = this.organizationSlots
+    const mask = slots.length - 1
+    const length = end - start
+    let entries = this.organizationEntries
+    const known = this.organizationBytes
+    let slot = hash & mask
+    for (let entry = slots[slot]!; entry !== 0; entry = slots[slot]!) {
+      const at = 3 * (entry - 1)
+      if (entries[at + 1] === length) {
+        const from = entries[at]!
+        let i = 0
+        while (i < length && known[from + i] === bytes[start + i]) i++
+        if (i === length) return entries[at + 2]!
+      }
+      slot = (slot + 1) & mask
+    }
+    const index = this.organizationIndexOf(bytes.toString('latin1', start, end))
+    if (known.length - this.organizationBytesUsed < length) {
+      const wider = Buffer.allocUnsafeSlow(Math.max(known.length * 2, this.organizationBytesUsed + length))
+      known.copy(wider, 0, 0, this.organizationBytesUsed)
+      this.organizationBytes = wider
+    }
+    bytes.copy(this.organizationBytes, this.organizationBytesUsed, start, end)
+    const count = ++this.organizationEntryCount
+    if (entries.length < 3 * count) {
+      const wider = new Int32Array(entries.length * 2)
+      wider.set(entries)
+      this.organizationEntries = entries = wider
+    }
+    entries.set([this.organizationBytesUsed, length, index], 3 * (count - 1))
+    this.organizationBytesUsed += length
+    slots[slot] = count
+    // At most half full: twice the slots, the entries placed again by their organizations' hashes.
+    if (count * 2 > slots.length) {
+      const wider = new Int32Array(slots.length * 2)
+      const widerMask = wider.length - 1
+      for (let entry = 1; entry <= count; entry++) {
+        let at = this.organizationHashes[entries[3 * entry - 1]!]! & widerMask
+        while (wider[at] !== 0) at = (at + 1) & widerMask
+        wider[at] = entry
+      }
+      this.organizationSlots = wider
+    }
+    return index
+  }
+
+  private reserve (): number {
+    if (this.size === this.kinds.length) this.grow()
+    return this.size
+  }
+
+  /** Row `row`'s columns, its name's bytes written already (`name` is its text when at hand, for messages). */
+  private fill (row: number, name: string | undefined, hash: number, kind: number, index: number, expiry: number,
+    disabled: boolean, limit: number, previous: PreviousSecret | undefined) {
     const names = this.nameSlots
     let mask = names.length - 1
     let nameSlot = hash & mask
@@ -577,6 +734,7 @@ export class KeyTableBuilder {
     }
     this.nameEnds = widen(this.nameEnds, capacity)
     this.shas = widen(this.shas, capacity * SHA_WORDS)
+    this.shaBytes = new Uint8Array(this.shas.buffer)
     this.kinds = widen(this.kinds, capacity)
     this.organizations = widen(this.organizations, capacity)
     this.nameHashes = widen(this.nameHashes, capacity)
@@ -600,6 +758,18 @@ export class KeyTableBuilder {
       this.shaSlots[slot] = row + 1
     }
   }
+}
+
+/** The index in KEY_KINDS of the kind at bytes[start, start + length), -1 for none. */
+function kindOfBytes (bytes: Buffer, start: number, length: number): number {
+  for (let kind = 0; kind < KIND_BYTES.length; kind++) {
+    const expected = KIND_BYTES[kind]!
+    if (expected.length !== length) continue
+    let i = 0
+    while (i < length && bytes[start + i] === expected[i]) i++
+    if (i === length) return kind
+  }
+  return -1
 }
 
 /** Where row `row`'s name starts in a table's name bytes. */

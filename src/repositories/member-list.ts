@@ -1,4 +1,5 @@
-import { createHash } from 'node:crypto'
+import { createHash, hash, type Hash } from 'node:crypto'
+import { EMAIL_MAX, IDENTIFIER_MAX, NAME_MAX } from '../schemas/common.js'
 import type { Member } from '../schemas/member.js'
 import { DataError } from './data-error.js'
 
@@ -23,6 +24,19 @@ let spare: Buffer | undefined
 const PAGE_START = Buffer.from('{"data":[')
 const COMMA = 0x2c
 
+/** A member's JSON as JSON.stringify writes it, around its fields: addBytes writes these and the fields' bytes. */
+const ID_BEFORE = Buffer.from('{"id":"')
+const EMAIL_BEFORE = Buffer.from('","email":"')
+const FIRST_NAME_BEFORE = Buffer.from('","first_name":')
+const LAST_NAME_BEFORE = Buffer.from(',"last_name":')
+const NULL = Buffer.from('null')
+const QUOTE = 0x22
+/** Each role as its bytes, and the end of a member's JSON with it. */
+const ROLES = (['org:admin', 'org:member'] as const).map((role) => ({ bytes: Buffer.from(role), after: Buffer.from(`,"role":"${role}"}`) }))
+/** What a member's JSON takes besides its fields' bytes, at most: the texts above, two quotes, a comma. */
+const MEMBER_TEXT_BYTES = ID_BEFORE.length + EMAIL_BEFORE.length + FIRST_NAME_BEFORE.length + LAST_NAME_BEFORE.length + 2 * NULL.length +
+  Math.max(...ROLES.map(({ after }) => after.length)) + 3
+
 /**
  * Makes a MemberList a member at a time, as they are read: each member's text is written into a
  * chunk of bytes when it is added, so that a reader that pauses between rows never holds the event
@@ -44,7 +58,8 @@ export class MemberListBuilder {
   private bytes = 0
   private ends = new Uint32Array(16)
   private count = 0
-  private readonly hash = createHash('sha1')
+  /** The SHA-1 of the chunks closed so far, made only once there is more than one: most lists are one chunk, hashed in one go. */
+  private hash: Hash | undefined
 
   /** `where` names the organization in the message that refuses one past MAX_MEMBERS. */
   constructor (private readonly where: string) {
@@ -69,12 +84,59 @@ export class MemberListBuilder {
     this.ends[this.count++] = this.bytes
   }
 
+  /**
+   * Adds a member given as UTF-8 in `bytes`, without a string for its fields: its id, email,
+   * first_name, last_name and role as (start, length) pairs from fields[at] on, in that order (a
+   * length of -1 for NULL). Answers false, having added nothing, for a member it cannot take from
+   * the bytes alone: a field MemberSchema may refuse, or text that is not printable ASCII free of
+   * quotes and backslashes (which JSON escapes, and whose length in characters is not its bytes').
+   * The caller then checks the member as a record (memberProblem), which says what is wrong, and
+   * adds it if valid.
+   */
+  addBytes (bytes: Buffer, fields: Int32Array, at: number): boolean {
+    const idLength = fields[at + 1]!
+    const email = fields[at + 2]!
+    const emailLength = fields[at + 3]!
+    const firstLength = fields[at + 5]!
+    const lastLength = fields[at + 7]!
+    const role = roleOfBytes(bytes, fields[at + 8]!, fields[at + 9]!)
+    if (role === undefined || this.count === MAX_MEMBERS || idLength < 1 || idLength > IDENTIFIER_MAX || emailLength > EMAIL_MAX ||
+      firstLength > NAME_MAX || lastLength > NAME_MAX || !isEmailBytes(bytes, email, emailLength)) return false
+    const most = MEMBER_TEXT_BYTES + idLength + emailLength + Math.max(firstLength, 0) + Math.max(lastLength, 0)
+    if (this.chunk.length - this.used < most) this.nextChunk(most)
+    // Written past `used`, which moves only once the whole member is: a byte found wrong leaves nothing behind.
+    const chunk = this.chunk
+    let to = this.used
+    if (this.count > 0) chunk[to++] = COMMA
+    to = put(chunk, to, ID_BEFORE)
+    to = putText(chunk, to, bytes, fields[at]!, idLength)
+    if (to < 0) return false
+    to = putText(chunk, put(chunk, to, EMAIL_BEFORE), bytes, email, emailLength)
+    if (to < 0) return false
+    to = putNullable(chunk, put(chunk, to, FIRST_NAME_BEFORE), bytes, fields[at + 4]!, firstLength)
+    if (to < 0) return false
+    to = putNullable(chunk, put(chunk, to, LAST_NAME_BEFORE), bytes, fields[at + 6]!, lastLength)
+    if (to < 0) return false
+    to = put(chunk, to, ROLES[role]!.after)
+    this.bytes += to - this.used
+    this.used = to
+    if (this.count === this.ends.length) {
+      const wider = new Uint32Array(this.count * 2)
+      wider.set(this.ends)
+      this.ends = wider
+    }
+    this.ends[this.count++] = this.bytes
+    return true
+  }
+
   finish (): MemberList {
     this.close()
     // An array of small integers of the exact length: the least heap for the many small organizations.
     const ends = new Array<number>(this.count)
     for (let i = 0; i < this.count; i++) ends[i] = this.ends[i]!
-    const list = new MemberList(Buffer.concat(this.chunks, this.bytes), ends, this.hash.digest('base64url'))
+    const text = Buffer.concat(this.chunks, this.bytes)
+    // A Hash object for each of 100,000 organizations took longer than hashing their texts.
+    const list = new MemberList(text, ends, this.hash === undefined ? hash('sha1', text, 'base64url') : this.hash.digest('base64url'))
     // Copied out by concat (a builder left unfinished keeps its chunk, and the next one makes another).
     spare = this.first
     return list
@@ -90,8 +152,74 @@ export class MemberListBuilder {
     if (this.used === 0) return
     const written = this.chunk.subarray(0, this.used)
     this.chunks.push(written)
-    this.hash.update(written)
+    // More than one chunk: hashed a chunk at a time, never the whole of a large list in one go.
+    if (this.hash === undefined && this.chunk !== this.first) {
+      this.hash = createHash('sha1')
+      for (const chunk of this.chunks.slice(0, -1)) this.hash.update(chunk)
+    }
+    this.hash?.update(written)
   }
+}
+
+/** The index in ROLES of the role at bytes[start, start + length), or undefined. */
+function roleOfBytes (bytes: Buffer, start: number, length: number): number | undefined {
+  for (let role = 0; role < ROLES.length; role++) {
+    const expected = ROLES[role]!.bytes
+    if (expected.length !== length) continue
+    let i = 0
+    while (i < length && bytes[start + i] === expected[i]) i++
+    if (i === length) return role
+  }
+  return undefined
+}
+
+/**
+ * Whether the ASCII at bytes[start, start + length) is an e-mail address as the schema's format says
+ * (`^[^\s@]+@[^\s@]+\.[^\s@]+$`: one @ with something before it, and a dot with something on each side
+ * after it); false too for anything not printable ASCII, left to the format itself.
+ */
+function isEmailBytes (bytes: Buffer, start: number, length: number): boolean {
+  let atSign = -1
+  for (let i = 0; i < length; i++) {
+    const byte = bytes[start + i]!
+    if (byte === 0x40) {
+      if (atSign !== -1) return false
+      atSign = i
+    } else if (byte <= 0x20 || byte >= 0x7f) return false
+  }
+  if (atSign < 1) return false
+  for (let i = atSign + 2; i < length - 1; i++) if (bytes[start + i] === 0x2e) return true
+  return false
+}
+
+/** `text` written at `to`; answers where it ends. */
+function put (chunk: Buffer, to: number, text: Buffer): number {
+  for (let i = 0; i < text.length; i++) chunk[to + i] = text[i]!
+  return to + text.length
+}
+
+/**
+ * The bytes at bytes[start, start + length) written at `to` as they are in a JSON string: printable
+ * ASCII but a quote or a backslash, the characters JSON.stringify writes as they are, a byte each.
+ * Answers where they end, or -1 at a byte that is not one of them.
+ */
+function putText (chunk: Buffer, to: number, bytes: Buffer, start: number, length: number): number {
+  for (let i = 0; i < length; i++) {
+    const byte = bytes[start + i]!
+    if (byte < 0x20 || byte >= 0x7f || byte === QUOTE || byte === 0x5c) return -1
+    chunk[to + i] = byte
+  }
+  return to + length
+}
+
+/** putText between quotes, or null for a length of -1 (NULL); -1 at a byte putText does not take. */
+function putNullable (chunk: Buffer, to: number, bytes: Buffer, start: number, length: number): number {
+  if (length === -1) return put(chunk, to, NULL)
+  chunk[to] = QUOTE
+  const end = putText(chunk, to + 1, bytes, start, length)
+  if (end < 0) return -1
+  chunk[end] = QUOTE
+  return end + 1
 }
 
 /**

@@ -5,6 +5,19 @@ import { createSlicer } from '../slices.js'
 /** A row of text columns, as their texts (null for NULL), in the query's column order. */
 export type TextRow = Array<string | null>
 
+/**
+ * The whole rows of a chunk, as where each field is in `bytes`: field f of row r starts at
+ * fields[2 * (r * columns + f)], and its length follows (-1 for NULL). A reader takes what it needs
+ * from the bytes without a string per field (a million keys are ten million fields). Valid until the
+ * next batch is asked for: the parser reuses `fields`.
+ */
+export interface FieldRows {
+  readonly bytes: Buffer
+  readonly count: number
+  readonly columns: number
+  readonly fields: Int32Array
+}
+
 /** What COPY's binary form starts with: PGCOPY\n\377\r\n\0, then 32-bit flags and an extension's length. */
 const SIGNATURE = Buffer.from('PGCOPY\n\xff\r\n\0', 'latin1')
 const HEADER_BYTES = SIGNATURE.length + 8
@@ -25,27 +38,32 @@ class BinaryRowParser {
   private needed = 0
   private started = false
   private ended = false
+  /** Where the fields of the rows of the last chunk are (FieldRows), grown as needed. */
+  private fields = new Int32Array(4096)
 
-  /** The whole rows in the bytes so far. */
-  rows (chunk: Buffer): TextRow[] {
+  /** The whole rows in the bytes so far; undefined when there are none. */
+  rows (chunk: Buffer): FieldRows | undefined {
     let bytes = chunk
     if (this.pending.length > 0) {
       this.pending.push(chunk)
       this.pendingBytes += chunk.length
-      if (this.pendingBytes < this.needed) return []
+      if (this.pendingBytes < this.needed) return undefined
       bytes = Buffer.concat(this.pending, this.pendingBytes)
     }
-    const rows: TextRow[] = []
     let at = 0
     if (!this.started) {
-      if (bytes.length < HEADER_BYTES) return this.keep(bytes, at, rows, HEADER_BYTES)
+      if (bytes.length < HEADER_BYTES) return this.keep(bytes, at, 0, 0, HEADER_BYTES)
       if (!bytes.subarray(0, SIGNATURE.length).equals(SIGNATURE)) throw new Error('COPY answered something other than its binary form')
       const header = HEADER_BYTES + bytes.readUInt32BE(HEADER_BYTES - 4)
-      if (bytes.length < header) return this.keep(bytes, at, rows, header)
+      if (bytes.length < header) return this.keep(bytes, at, 0, 0, header)
       at = header
       this.started = true
     }
     let needed = 0
+    let count = 0
+    let width = -1
+    // Fields of the whole rows so far; a row cut short writes past it, and is not counted.
+    let used = 0
     while (!this.ended) {
       if (bytes.length - at < 2) {
         needed = 2
@@ -58,7 +76,15 @@ class BinaryRowParser {
         at += 2
         break
       }
-      const row: TextRow = new Array(columns)
+      // Every row of a query has its columns: a batch has one width.
+      if (width === -1) width = columns
+      else if (columns !== width) throw new Error('COPY answered rows of different widths')
+      if (this.fields.length < used + 2 * columns) {
+        const wider = new Int32Array(Math.max(this.fields.length * 2, used + 2 * columns))
+        wider.set(this.fields.subarray(0, used))
+        this.fields = wider
+      }
+      const fields = this.fields
       let next = at + 2
       for (let c = 0; c < columns; c++) {
         if (bytes.length - next < 4) {
@@ -67,22 +93,21 @@ class BinaryRowParser {
         }
         const length = bytes.readInt32BE(next)
         next += 4
-        if (length === -1) {
-          row[c] = null
-          continue
-        }
+        fields[used + 2 * c] = next
+        fields[used + 2 * c + 1] = length
+        if (length === -1) continue
         if (bytes.length - next < length) {
           needed = next + length - at
           break
         }
-        row[c] = bytes.toString('utf8', next, next + length)
         next += length
       }
       if (needed > 0) break
-      rows.push(row)
+      used += 2 * columns
+      count++
       at = next
     }
-    return this.keep(bytes, at, rows, needed)
+    return this.keep(bytes, at, count, width, needed)
   }
 
   /** Checks that the rows ended where COPY's binary form ends. */
@@ -90,13 +115,30 @@ class BinaryRowParser {
     if (!this.ended || this.pending.length > 0) throw new Error('COPY ended within a row')
   }
 
-  /** Keeps the bytes from `at` on (a row begun), which need `needed` bytes at least to go further. */
-  private keep (bytes: Buffer, at: number, rows: TextRow[], needed: number): TextRow[] {
+  /**
+   * Keeps the bytes from `at` on (a row begun), which need `needed` bytes at least to go further;
+   * answers the `count` whole rows before it.
+   */
+  private keep (bytes: Buffer, at: number, count: number, columns: number, needed: number): FieldRows | undefined {
     this.pending = at < bytes.length ? [bytes.subarray(at)] : []
     this.pendingBytes = bytes.length - at
     this.needed = needed
-    return rows
+    return count === 0 ? undefined : { bytes, count, columns, fields: this.fields }
   }
+}
+
+/** Field `column` of row `row` of a batch as its text, null for NULL. */
+export function fieldText ({ bytes, columns, fields }: FieldRows, row: number, column: number): string | null {
+  const at = 2 * (row * columns + column)
+  const length = fields[at + 1]!
+  return length === -1 ? null : bytes.toString('utf8', fields[at]!, fields[at]! + length)
+}
+
+/** Row `row` of a batch as texts. */
+export function textRow (batch: FieldRows, row: number): TextRow {
+  const texts: TextRow = new Array(batch.columns)
+  for (let c = 0; c < batch.columns; c++) texts[c] = fieldText(batch, row, c)
+  return texts
 }
 
 /**
@@ -109,7 +151,7 @@ class BinaryRowParser {
  * kind alone, and the other kinds are read next on the same connection), the rest is read and
  * dropped: a COPY cannot be stopped halfway without failing the transaction.
  */
-export async function * copyRows (client: pg.ClientBase, query: string): AsyncGenerator<TextRow[]> {
+export async function * copyFields (client: pg.ClientBase, query: string): AsyncGenerator<FieldRows> {
   const stream = client.query(copyTo(`COPY (${query}) TO STDOUT (FORMAT binary)`))
   const parser = new BinaryRowParser()
   const slicer = createSlicer()
@@ -129,7 +171,7 @@ export async function * copyRows (client: pg.ClientBase, query: string): AsyncGe
       let chunk: Buffer | null
       while (failure === undefined && (chunk = stream.read() as Buffer | null) !== null) {
         const rows = parser.rows(chunk)
-        if (rows.length > 0) yield rows
+        if (rows !== undefined) yield rows
         // PostgreSQL sends faster than rows are worked through, and a chunk read while the socket has
         // more is handed over without a turn of the event loop: requests get theirs here.
         if (slicer.overdue()) await slicer.pause()
@@ -148,5 +190,14 @@ export async function * copyRows (client: pg.ClientBase, query: string): AsyncGe
         else wake = resolve
       })
     }
+  }
+}
+
+/** The rows of `query` as copyFields reads them, each field as its text (null for NULL). */
+export async function * copyRows (client: pg.ClientBase, query: string): AsyncGenerator<TextRow[]> {
+  for await (const batch of copyFields(client, query)) {
+    const rows: TextRow[] = new Array(batch.count)
+    for (let r = 0; r < batch.count; r++) rows[r] = textRow(batch, r)
+    yield rows
   }
 }

@@ -7,14 +7,14 @@ import { DataError, assertUnique, maxBytes, memberProblem, recordProblem, type O
 import { KINDS, RECORD_KINDS, type RecordKind } from '../../registry.js'
 import { createSlicer } from '../slices.js'
 import { MemberList, MemberListBuilder } from '../member-list.js'
-import { KeyTableBuilder } from '../key-table.js'
+import { KeyTableBuilder, type KeyOptions } from '../key-table.js'
 import { quoteValue } from '../../schemas/describe-error.js'
 import { backoff, type Batch, type Change, type FollowMode, type ReadRequest, type Refusal, type Source, type SourceEvents, type SourceMeasures } from '../source.js'
 import { ApiKeySchema, OrganizationSchema, type ApiKey } from '../../schemas/keys-and-organizations.js'
 import { MemberSchema, type Member } from '../../schemas/member.js'
 import { MAX_FILE_BYTES } from '../json-file.js'
 import { CHANNEL, checkSchema, namingColumn } from './postgres-schema.js'
-import { copyRows } from './copy-rows.js'
+import { copyFields, copyRows, fieldText, textRow, type FieldRows, type TextRow } from './copy-rows.js'
 
 /**
  * The listening connection is asked for a round trip this often, and given as long to answer: a
@@ -284,12 +284,35 @@ const utc = (text: string) => text.replace(/\+00:00$/, 'Z')
 export function keyOfRow (row: ReadonlyArray<string | null | undefined>) {
   const [name, sha256, kind, organization, expiresAt, disabled, limit, previousSha, previousEnd, over] = row
   const key: ApiKey = { name: name!, sha256: sha256!, kind: kind as ApiKey['kind'], organization_id: organization! }
+  return { key: withOptions(key, expiresAt, disabled, limit, previousSha, previousEnd), over }
+}
+
+/** `key` given the fields a row of KEY_SELECT has of a key's options (its columns 4 to 8, as texts). */
+function withOptions<T extends KeyOptions> (key: T, expiresAt: string | null | undefined, disabled: string | null | undefined,
+  limit: string | null | undefined, previousSha: string | null | undefined, previousEnd: string | null | undefined): T {
   if (expiresAt != null) key.expires_at = utc(expiresAt)
   if (disabled === 'true') key.disabled = true
   if (limit != null) key.rate_limit_per_minute = Number(limit)
   // Either without the other is refused by the key's schema (keys_previous_check refuses it first).
   if (previousSha != null || previousEnd != null) key.previous = { sha256: previousSha ?? '', expires_at: previousEnd == null ? '' : utc(previousEnd) }
-  return { key, over }
+  return key
+}
+
+/** Where KEY_SELECT's columns are in a row of FieldRows: a field's (start, length) pair is at 2 × its column. */
+const KEY_OPTIONS_COLUMN = 4
+const KEY_OVER_COLUMN = 9
+
+/**
+ * Row `row`'s options (KEY_SELECT's columns 4 to 8), undefined when it has none: most keys have none,
+ * and are read without a string. `false` is the only text of five bytes a boolean has.
+ */
+function keyOptionsOf (batch: FieldRows, row: number): KeyOptions | undefined {
+  const { fields, columns } = batch
+  const at = 2 * (row * columns + KEY_OPTIONS_COLUMN)
+  const disabled = fields[at + 3]!
+  if (fields[at + 1] === -1 && (disabled === -1 || disabled === 5) && fields[at + 5] === -1 && fields[at + 7] === -1 && fields[at + 9] === -1) return undefined
+  const text = (column: number) => fieldText(batch, row, KEY_OPTIONS_COLUMN + column)
+  return withOptions({}, text(0), text(1), text(2), text(3), text(4))
 }
 
 /**
@@ -297,25 +320,40 @@ export function keyOfRow (row: ReadonlyArray<string | null | undefined>) {
  * into a KeyTable as it is read (key-table.ts): never a million objects at once.
  */
 async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'): Promise<Change<'keys'>> {
-  const columns = KEY_SELECT
   const refused: Refusals = new Map()
-  // Sized once for the rows PostgreSQL expects, instead of growing from nothing.
-  const table = names === 'all' ? new KeyTableBuilder('table keys', await estimatedKeys(client)) : undefined
-  const found: ApiKey[] = []
   let index = 0
-  // In no order: a key table has none, and reading the table in its own order spares an index scan.
-  const query = names === 'all' ? columns : `${columns} WHERE name = ANY(${textArray(client, names)})`
-  for await (const rows of copyRows(client, query)) {
-    for (const row of rows as Array<Array<string | null>>) {
-      const { key, over } = keyOfRow(row)
-      const problem = overProblem(over) ?? recordProblem('keys', key, index)
+  /** A row's key as its record, or undefined when it is refused (put in `refused`, with what is wrong). */
+  const checked = (row: TextRow) => {
+    const { key, over } = keyOfRow(row)
+    const problem = overProblem(over) ?? recordProblem('keys', key, index)
+    if (problem === undefined) return key
+    refused.set(key.name, rowMessage(problem, 'keys', `name ${quoteValue(key.name)}`))
+  }
+  if (names === 'all') {
+    // Sized once for the rows PostgreSQL expects, instead of growing from nothing.
+    const table = new KeyTableBuilder('table keys', await estimatedKeys(client))
+    // In no order: a key table has none, and reading the table in its own order spares an index scan.
+    for await (const batch of copyFields(client, KEY_SELECT)) {
+      const { bytes, fields, columns } = batch
+      for (let row = 0; row < batch.count; row++, index++) {
+        // Taken from COPY's bytes where it can (no value left unread, every field one it reads without
+        // text); else as the texts of the row, checked as a file's record is, so that a bad row is named.
+        const at = 2 * row * columns
+        if (fields[at + 2 * KEY_OVER_COLUMN + 1] === -1 && table.addBytes(bytes, fields, at, keyOptionsOf(batch, row))) continue
+        const key = checked(textRow(batch, row))
+        if (key !== undefined) table.add(key)
+      }
+    }
+    return { kind: 'keys', all: table.finish(), rowsRead: index, refused }
+  }
+  const found: ApiKey[] = []
+  for await (const rows of copyRows(client, `${KEY_SELECT} WHERE name = ANY(${textArray(client, names)})`)) {
+    for (const row of rows) {
+      const key = checked(row)
       index++
-      if (problem !== undefined) refused.set(key.name, rowMessage(problem, 'keys', `name ${quoteValue(key.name)}`))
-      else if (table !== undefined) table.add(key)
-      else found.push(key)
+      if (key !== undefined) found.push(key)
     }
   }
-  if (table !== undefined) return { kind: 'keys', all: table.finish(), rowsRead: index, refused }
   const present = new Set(found.map((key) => key.name))
   return { kind: 'keys', upsert: found, remove: (names as readonly string[]).filter((name) => !present.has(name) && !refused.has(name)), rowsRead: index, refused }
 }
@@ -338,6 +376,8 @@ export const ORGANIZATION_COLUMNS = boundedColumns(OrganizationSchema, ['id', 'n
 export const MEMBER_FIELDS = boundedColumns(MemberSchema, ['id', 'email', 'first_name', 'last_name', 'role'], 'id')
 /** A member row, in array mode: organization_id, id, email, first_name, last_name, role, and what was left unread. */
 const MEMBER_COLUMNS = `organization_id, ${MEMBER_FIELDS.select}, ${MEMBER_FIELDS.over}`
+/** Where MEMBER_COLUMNS' `over` is in a row of FieldRows (its pair at 2 × the column). */
+const MEMBER_OVER_COLUMN = 6
 /**
  * The members of organizations whose ids are within their bound: one past it is refused on its own
  * row, and its members are never read.
@@ -375,26 +415,37 @@ async function readOrganizations (client: pg.ClientBase, ids: readonly string[] 
     list = undefined
   }
   const slicer = createSlicer()
-  for await (const batch of copyRows(client, `SELECT ${MEMBER_COLUMNS} FROM ${MEMBER_ROWS} ${named === undefined ? '' : `AND organization_id = ANY(${named})`} ${PAGE_ORDER}`)) {
-    rows += batch.length
-    for (const row of batch) {
-      const organization = row[0]!
-      if (organization !== of) {
+  // The organization's id as bytes too: rows come in page order, and a row of the same organization
+  // as the last is known by comparing bytes, its id made a string once per organization.
+  let ofBytes = Buffer.alloc(0)
+  for await (const batch of copyFields(client, `SELECT ${MEMBER_COLUMNS} FROM ${MEMBER_ROWS} ${named === undefined ? '' : `AND organization_id = ANY(${named})`} ${PAGE_ORDER}`)) {
+    rows += batch.count
+    const { bytes, fields, columns } = batch
+    for (let row = 0; row < batch.count; row++) {
+      const at = 2 * row * columns
+      if (of === undefined || !bytesAre(bytes, fields[at]!, fields[at + 1]!, ofBytes)) {
         finish()
-        of = organization
-        list = new MemberListBuilder(`table members, organization_id ${quoteValue(organization)}`)
+        of = fieldText(batch, row, 0)!
+        ofBytes = Buffer.from(of)
+        list = new MemberListBuilder(`table members, organization_id ${quoteValue(of)}`)
       }
+      const organization = of
       if (refused.has(organization)) continue
-      const member = { id: row[1]!, email: row[2]!, first_name: row[3]!, last_name: row[4]!, role: row[5] as Member['role'] }
-      const problem = overProblem(row[6]) ?? memberProblem(member, 0, 0)?.replace(/^\[0\]\.members\[0\]\.?/, '')
-      if (problem !== undefined) refused.set(organization, rowMessage(problem, 'members', `organization_id ${quoteValue(organization)}, id ${quoteValue(member.id)}`))
-      else {
-        try {
-          list!.add(member)
-        } catch (error) {
-          // Past the most members an organization may have: refused alone, and its other rows skipped.
-          if (!(error instanceof DataError)) throw error
-          refused.set(organization, error.message)
+      // Written into the list from COPY's bytes where it can (no value left unread, every field one it
+      // takes without text); else as texts, checked as a file's member is, so that a bad row is named.
+      if (fields[at + 2 * MEMBER_OVER_COLUMN + 1] !== -1 || !list!.addBytes(bytes, fields, at + 2)) {
+        const [, id, email, firstName, lastName, role, over] = textRow(batch, row)
+        const member = { id: id!, email: email!, first_name: firstName!, last_name: lastName!, role: role as Member['role'] }
+        const problem = overProblem(over) ?? memberProblem(member, 0, 0)?.replace(/^\[0\]\.members\[0\]\.?/, '')
+        if (problem !== undefined) refused.set(organization, rowMessage(problem, 'members', `organization_id ${quoteValue(organization)}, id ${quoteValue(member.id)}`))
+        else {
+          try {
+            list!.add(member)
+          } catch (error) {
+            // Past the most members an organization may have: refused alone, and its other rows skipped.
+            if (!(error instanceof DataError)) throw error
+            refused.set(organization, error.message)
+          }
         }
       }
       // A batch is a chunk of a COPY, however many organizations it holds.
@@ -411,6 +462,13 @@ async function readOrganizations (client: pg.ClientBase, ids: readonly string[] 
 }
 
 const EMPTY = MemberList.of([])
+
+/** Whether bytes[start, start + length) are `expected`: compared here, for a few bytes, rather than by a call into Buffer's native code. */
+function bytesAre (bytes: Buffer, start: number, length: number, expected: Buffer): boolean {
+  if (length !== expected.length) return false
+  for (let i = 0; i < length; i++) if (bytes[start + i] !== expected[i]) return false
+  return true
+}
 
 /** The longest name of a record, by the bounds of the kinds' keys, that the change log's entries are read with. */
 const NAME_MAX_BYTES = Math.max(...RECORD_KINDS.filter((kind) => KINDS[kind].index !== 'list').map((kind) => boundOf(KINDS[kind].schema, KINDS[kind].key!)))

@@ -4,10 +4,14 @@ import { BUNDLED_FIXTURES_DIR } from '../../../src/config.js'
 import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
 import { type DirectoryData } from '../../../src/repositories/records.js'
 import { LIST_KINDS, RECORD_KINDS } from '../../../src/registry.js'
-import { MAX_MEMBERS } from '../../../src/repositories/member-list.js'
+import { MAX_MEMBERS, MemberList } from '../../../src/repositories/member-list.js'
 import { readAll } from '../../../src/repositories/source.js'
+import { createSnapshot } from '../../../src/repositories/snapshot.js'
+import { KeyTable } from '../../../src/repositories/key-table.js'
+import type { ApiKey } from '../../../src/schemas/keys-and-organizations.js'
+import type { Member } from '../../../src/schemas/member.js'
 import { loadDataFolder } from '../../../src/repositories/sources/files.js'
-import { createPostgresSource, locationOf, type PostgresSourceOptions } from '../../../src/repositories/sources/postgres.js'
+import { createPostgresSource, KEY_SELECT, keyOfRow, locationOf, type PostgresSourceOptions } from '../../../src/repositories/sources/postgres.js'
 import { SCHEMA_VERSION, migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
 import { bearer, build, KEYS, makeData, makeProvider, recordsOf, sha256, watchLifecycle } from '../../helper.js'
@@ -111,6 +115,60 @@ describe('loading from PostgreSQL', () => {
     const { data, refusal } = await follow()
     expect(data.providers.map((provider) => provider.slug)).toEqual(['provider-1', 'provider-2'])
     expect(await refusal()).toEqual({ kind: 'providers', problem: 'table providers, row slug "provider-3": headquarters: "ZZ" is not an ISO 3166-1 alpha-2 code' })
+  })
+
+  it('reads keys whole from COPY\'s bytes as their rows\' texts say: names and ids of several bytes a character, every field a key may have, rows cut between chunks, a bad hash refused alone', async () => {
+    await importData(makeData())
+    await admin.query('ALTER TABLE keys DROP CONSTRAINT keys_sha256_check')
+    // Some 3 MB of rows: a whole read takes them in chunks of some 64 KiB, rows cut between two.
+    await admin.query(`INSERT INTO keys (name, sha256, kind, organization_id, expires_at, disabled, rate_limit_per_minute, previous_sha256, previous_expires_at)
+      SELECT CASE WHEN i % 100 = 0 THEN 'clé-名前-😀-' ELSE 'k-' END || i, encode(sha256(('k-' || i)::bytea), 'hex'),
+        CASE WHEN i % 10 = 0 THEN 'management' ELSE 'standard' END, CASE WHEN i % 7 = 0 THEN 'org_é' ELSE 'org_' || i % 50 END,
+        CASE WHEN i % 3 = 0 THEN timestamptz '2030-01-01T00:00:00Z' + i * interval '1.5 s' END, i % 5 = 0, CASE WHEN i % 11 = 0 THEN i END,
+        CASE WHEN i % 13 = 0 THEN encode(sha256(('old-' || i)::bytea), 'hex') END, CASE WHEN i % 13 = 0 THEN timestamptz '2029-06-01T12:00:00.5+02:00' END
+      FROM generate_series(1, 20000) AS i`)
+    await admin.query(`INSERT INTO keys (name, sha256, kind, organization_id) VALUES ('bad-hash', upper('${sha256('bad')}'), 'standard', 'org_alpha')`)
+    // What the rows' texts make, each key checked as a file's record is.
+    const { rows } = await admin.query<string[]>({ text: KEY_SELECT, rowMode: 'array' })
+    const expected = rows.map((row) => keyOfRow(row).key).filter((key) => key.name !== 'bad-hash')
+    const { app, data, lifecycle, refusal } = await follow()
+    expect(await refusal()).toEqual({ kind: 'keys', problem: 'table keys, row name "bad-hash": sha256: is not a lowercase hex SHA-256' })
+    const byName = (keys: readonly ApiKey[]) => [...keys].sort((a, b) => a.name < b.name ? -1 : 1)
+    expect(data.keys).toHaveLength(20_004)
+    // As a table holds them (an instant to the millisecond), compared as records.
+    const records = (keys: Iterable<ApiKey>) => JSON.parse(JSON.stringify([...keys])) as unknown
+    expect(records(data.keys)).toStrictEqual(records(KeyTable.of(byName(expected), 'the texts').values()))
+    // The same hashes as the keys made from texts: the same fingerprint.
+    expect(lifecycle.current().fingerprint).toBe((await createSnapshot({ ...data, keys: expected })).fingerprint)
+    expect((await app.inject({ url: '/v1/providers', headers: bearer('bad') })).statusCode).toBe(401)
+    expect((await app.inject({ url: '/v1/providers', headers: bearer('k-7') })).statusCode).toBe(200)
+  })
+
+  it('reads members whole from COPY\'s bytes as their rows\' texts say: texts JSON escapes, several bytes a character, NULLs, rows cut between chunks, a bad e-mail refused alone', async () => {
+    await importData(makeData())
+    await admin.query('ALTER TABLE members DROP CONSTRAINT IF EXISTS members_email_check')
+    await admin.query("INSERT INTO organizations (id, name) VALUES ('org_bytes', 'Bytes'), ('org_é', 'É'), ('org_bad_1', 'Bad'), ('org_bad_2', 'Bad'), ('org_bad_3', 'Bad')")
+    // Some 1 MB of rows: a whole read takes them in chunks of some 64 KiB, rows cut between two.
+    await admin.query(`INSERT INTO members (organization_id, id, position, email, first_name, last_name, role)
+      SELECT o, 'user_' || i, i, 'u' || i || (ARRAY['@x.example', '+tag@sub.x.example', '@é.example', '@b.c.'])[1 + i % 4],
+        CASE WHEN i % 4 = 0 THEN NULL ELSE (ARRAY['Ann', 'O"Brien', 'back\\slash', 'José', '😀', E'tab\\there', ''])[1 + i % 7] END,
+        CASE WHEN i % 5 = 0 THEN NULL ELSE 'Last ' || i END, CASE WHEN i % 3 = 0 THEN 'org:admin' ELSE 'org:member' END
+      FROM generate_series(1, 5000) AS i, unnest(ARRAY['org_bytes', 'org_é']) AS o`)
+    // E-mail addresses the format refuses, each in an organization of its own: a@b has no dot after its @.
+    await admin.query(`INSERT INTO members (organization_id, id, position, email, first_name, last_name, role) VALUES
+      ('org_bad_1', 'user_1', 1, 'a@b', NULL, NULL, 'org:member'), ('org_bad_2', 'user_1', 1, 'a@.b', NULL, NULL, 'org:member'),
+      ('org_bad_3', 'user_1', 1, 'a b@c.d', NULL, NULL, 'org:member')`)
+    const { data, refusal } = await follow()
+    const refusals = [await refusal(), await refusal(), await refusal()].map(({ problem }) => problem).sort()
+    expect(refusals[0]).toBe('table members, row organization_id "org_bad_1", id "user_1": email: "a@b" is not an e-mail address')
+    expect(refusals.map((problem) => /organization_id "([^"]+)"/.exec(problem)?.[1])).toEqual(['org_bad_1', 'org_bad_2', 'org_bad_3'])
+    // What the rows' texts make.
+    for (const id of ['org_bytes', 'org_é']) {
+      const { rows } = await admin.query<Member>('SELECT id, email, first_name, last_name, role FROM members WHERE organization_id = $1 ORDER BY position, id', [id])
+      const organization = data.organizations.find((candidate) => candidate.id === id)!
+      expect(organization.members.slice()).toStrictEqual(rows)
+      expect(organization.members.digest).toBe(MemberList.of(rows).digest)
+    }
   })
 
   it('refuses to start on a database without the schema', async () => {
