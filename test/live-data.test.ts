@@ -50,7 +50,7 @@ describe('data that changes while the server runs (files)', () => {
     await replaceFile('keys.json', makeData().keys.filter((key) => key.name !== 'alpha-standard'))
     while (await status('/v1/providers', KEYS.alphaStandard) !== 401);
     expect(await status('/v1/providers', KEYS.alphaManagement)).toBe(200)
-    expect(await logLine('change installed')).toMatchObject({ change: 'keys: all read again', records: { keys: 3 } })
+    expect(await logLine('change installed')).toMatchObject({ change: 'keys: read whole', records: { keys: 3 } })
   })
 
   it.each([
@@ -80,7 +80,7 @@ describe('data that changes while the server runs (files)', () => {
     server = await startServer({ DATA_DIR: dir })
     const before = server.output().length
     server.process.kill('SIGHUP')
-    expect(await logLine('change installed', before)).toMatchObject({ change: expect.stringMatching(/: all read again$/) })
+    expect(await logLine('change installed', before)).toMatchObject({ change: expect.stringMatching(/: read whole$/) })
     expect(await status('/v1/providers', KEYS.alphaStandard)).toBe(200)
     expect(server.process.exitCode).toBeNull()
   })

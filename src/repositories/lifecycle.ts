@@ -75,9 +75,9 @@ interface Ready {
 
 const isKeyed = (kind: RecordKind): kind is KeyedKind => KINDS[kind].index !== 'list'
 
-/** `keys: "a", "b", and 3 more`, or `keys: all read again`: what a change was, quoted as every message quotes a value (never a hash). */
+/** `keys: "a", "b", and 3 more`, or `keys: read whole`: what a change was, quoted as every message quotes a value (never a hash). */
 function describe (change: Change): string {
-  if ('all' in change) return `${change.kind}: all read again`
+  if ('whole' in change) return `${change.kind}: read whole`
   const keyField = KINDS[change.kind].key!
   const named = [...change.upsert.map((record) => (record as unknown as Record<string, string>)[keyField]!), ...change.remove]
   return `${change.kind}: ${named.slice(0, 5).map((key) => quoteValue(key)).join(', ')}${named.length > 5 ? `, and ${named.length - 5} more` : ''}`
@@ -230,7 +230,7 @@ export function createLifecycle (source: Source, { confirmEveryMs }: { confirmEv
       if ('error' in change) {
         changes[kind].failed++
         // A kind is refused whole only as a whole read refuses it: a file, a list, a table read again.
-        log?.error({ change: `${kind}: all read again`, kind, problem: change.error.message }, `change refused: ${kind} keeps its last good records, the other kinds follow their changes`)
+        log?.error({ change: `${kind}: read whole`, kind, problem: change.error.message }, `change refused: ${kind} keeps its last good records, the other kinds follow their changes`)
         continue
       }
       ready.push(await prepare(change))

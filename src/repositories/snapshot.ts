@@ -141,7 +141,7 @@ export class Snapshot {
 /** The first snapshot, from every kind read whole. */
 export async function createSnapshot (changes: { [K in RecordKind]: Whole<K> }, version = 1, refused: RefusedKeys = {}): Promise<Snapshot> {
   const indexes = Object.fromEntries(await Promise.all(RECORD_KINDS.map(async (kind) =>
-    [kind, await applyChange(undefined, { kind, all: changes[kind], refused: refused[kind] } as Change)] as const)))
+    [kind, await applyChange(undefined, { kind, whole: changes[kind], refused: refused[kind] } as Change)] as const)))
   return new Snapshot(version, indexes as unknown as Indexes)
 }
 
@@ -151,8 +151,8 @@ export async function applyChange<K extends RecordKind> (previous: Index<K> | un
   switch (KINDS[kind].index) {
     case 'list': {
       // A list is served as one body: any change serializes it again (a few hundred records).
-      if (!('all' in change)) throw new Error(`${kind} change as a whole list`)
-      const records = change.all as readonly unknown[]
+      if (!('whole' in change)) throw new Error(`${kind} change as a whole list`)
+      const records = change.whole as readonly unknown[]
       const { served } = KINDS[kind] as { served?: { record: (record: unknown) => unknown } }
       // The first snapshot's lists are compressed once the server has answered (Snapshot.compressLists),
       // not while the process starts: on one core, a container's limit, the thread pool took the core
@@ -219,7 +219,7 @@ function sumAfter<T> (sum: number, edits: ReadonlyArray<Edit<T>>, rules: KeyedRu
 }
 
 async function applyOrganizations (previous: OrganizationIndex | undefined, change: Change<'organizations'>): Promise<OrganizationIndex> {
-  if (!('all' in change)) {
+  if (!('whole' in change)) {
     if (previous === undefined) throw new Error('a change of named records needs the index it edits')
     return withRecords(previous, change.upsert, change.remove, change.refused) as OrganizationIndex
   }
@@ -228,7 +228,7 @@ async function applyOrganizations (previous: OrganizationIndex | undefined, chan
   const map = new Map<string, Organization>()
   let sum = 0
   let members = 0
-  for (const record of change.all) {
+  for (const record of change.whole) {
     map.set(record.id, record)
     sum = (sum + organizationRules.hashOf(record)) % HASH_RANGE
     members += record.members.length
@@ -291,12 +291,12 @@ function keyIndexOf (table: KeyTable): KeyIndex {
 }
 
 async function applyKeys (previous: KeyIndex | undefined, change: Change<'keys'>): Promise<KeyIndex> {
-  if ('all' in change) {
+  if ('whole' in change) {
     // Every key: a new base, the index in place left as it is.
-    if (change.all instanceof KeyTable) return keyIndexOf(change.all)
+    if (change.whole instanceof KeyTable) return keyIndexOf(change.whole)
     const slicer = createSlicer()
-    const builder = new KeyTableBuilder('keys', change.all.length)
-    for (const key of change.all) {
+    const builder = new KeyTableBuilder('keys', change.whole.length)
+    for (const key of change.whole) {
       builder.add(key)
       if (slicer.due()) await slicer.pause()
     }

@@ -22,7 +22,7 @@ export interface ReadRequest<K extends RecordKind = RecordKind> {
  * (`upsert`: those that exist, in full; `remove`: the keys of those that no longer do).
  */
 export type Change<K extends RecordKind = RecordKind> = (
-  | { readonly kind: K, readonly all: Whole<K> }
+  | { readonly kind: K, readonly whole: Whole<K> }
   | { readonly kind: K, readonly upsert: ReadonlyArray<Loaded<K>>, readonly remove: readonly string[] }
 ) & {
   /**
@@ -145,7 +145,7 @@ export async function readWhole (source: Source): Promise<{
     if ('error' in change) throw change.error
     for (const problem of change.refused?.values() ?? []) refused.push({ kind: change.kind, problem })
     if (change.refused !== undefined) refusedKeys[change.kind] = change.refused
-    if ('all' in change) wholes[change.kind] = change.all
+    if ('whole' in change) wholes[change.kind] = change.whole
   }
   return { batch, wholes: wholes as { [K in RecordKind]: Whole<K> }, refused, refusedKeys }
 }
@@ -156,7 +156,7 @@ export async function readAll (source: Source): Promise<DirectoryData> {
   if (first !== undefined) throw new DataError(first.problem)
   // A KeyTable made an array: the tools that read everything once want the records themselves.
   return Object.fromEntries(RECORD_KINDS.map((kind) => {
-    const all = wholes[kind]
-    return [kind, all instanceof KeyTable ? [...all.values()] : all]
+    const whole = wholes[kind]
+    return [kind, whole instanceof KeyTable ? [...whole.values()] : whole]
   })) as unknown as DirectoryData
 }

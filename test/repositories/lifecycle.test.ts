@@ -70,7 +70,7 @@ function memorySource () {
     const changes = RECORD_KINDS.filter((kind) => named.has(kind)).map((kind): Change | Refusal => {
       if (source.refusing.has(kind)) return { kind, error: new DataError(`${kind}.json: [0]: bad`) }
       const keys = named.get(kind)!
-      if (keys === 'all') return { kind, all: now[kind] } as unknown as Change
+      if (keys === 'all') return { kind, whole: now[kind] } as unknown as Change
       const upsert = now[kind].filter((record) => keys.has(record[keyOf(kind)] as string))
       return { kind, upsert, remove: [...keys].filter((key) => !upsert.some((record) => record[keyOf(kind)] === key)) } as unknown as Change
     })

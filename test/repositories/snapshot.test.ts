@@ -11,7 +11,7 @@ const keys = (count: number) => Array.from({ length: count }, (_, i) => key(i))
 
 /** The snapshot a change to the keys makes of `before`, read whole. */
 async function changed (before: Snapshot, next: readonly ApiKey[]) {
-  return before.withIndex('keys', await applyChange(before.indexes.keys, { kind: 'keys', all: next }), before.version + 1)
+  return before.withIndex('keys', await applyChange(before.indexes.keys, { kind: 'keys', whole: next }), before.version + 1)
 }
 
 /** What a replica that loads these keys from scratch serves. */
@@ -170,7 +170,7 @@ describe('organizations refused in a snapshot', () => {
     expect(JSON.parse(served.members('org_beta')!.page(0, 10).toString()).total_count).toBe(beta.members.length)
     expect(served.isRefused('org_alpha')).toBe(true)
     // A whole read says all there is: none refused but those it refuses.
-    const whole = served.withIndex('organizations', await applyChange(served.indexes.organizations, { kind: 'organizations', all: [alpha, beta] }), 4)
+    const whole = served.withIndex('organizations', await applyChange(served.indexes.organizations, { kind: 'organizations', whole: [alpha, beta] }), 4)
     expect([whole.isRefused('org_alpha'), whole.isRefused('org_beta')]).toEqual([false, false])
     expect(started.isRefused('org_beta')).toBe(true)
   })

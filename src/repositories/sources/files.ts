@@ -59,7 +59,7 @@ async function readFile<K extends RecordKind> (dir: string, kind: K): Promise<Ch
       if (slicer.due()) await slicer.pause()
     }
     assertUnique(kind, records as never, file)
-    return { kind, all: records } as unknown as Change<K>
+    return { kind, whole: records } as unknown as Change<K>
   } catch (error) {
     if (error instanceof DataError) throw error
     // The file is missing, not a file, too large, not JSON: the data is wrong, not the reading.

@@ -254,7 +254,7 @@ async function readList (client: pg.ClientBase, kind: RecordKind): Promise<Chang
   } catch (error) {
     throw new DataError(`table ${(error as Error).message}`)
   }
-  return { kind, all: records, rowsRead: rows.length, refused } as Change
+  return { kind, whole: records, rowsRead: rows.length, refused } as Change
 }
 
 /**
@@ -344,7 +344,7 @@ async function readKeys (client: pg.ClientBase, names: readonly string[] | 'all'
         if (key !== undefined) table.add(key)
       }
     }
-    return { kind: 'keys', all: table.finish(), rowsRead: index, refused }
+    return { kind: 'keys', whole: table.finish(), rowsRead: index, refused }
   }
   const found: ApiKey[] = []
   for await (const rows of copyRows(client, `${KEY_SELECT} WHERE name = ANY(${textArray(client, names)})`)) {
@@ -457,7 +457,7 @@ async function readOrganizations (client: pg.ClientBase, ids: readonly string[] 
   for (const [id, name] of names) {
     if (!refused.has(id)) organizations.push({ id, name, members: lists.get(id) ?? EMPTY })
   }
-  if (ids === 'all') return { kind: 'organizations', all: organizations, rowsRead: rows, refused }
+  if (ids === 'all') return { kind: 'organizations', whole: organizations, rowsRead: rows, refused }
   return { kind: 'organizations', upsert: organizations, remove: ids.filter((id) => !names.has(id) && !refused.has(id)), rowsRead: rows, refused }
 }
 
