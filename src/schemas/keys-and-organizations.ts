@@ -28,7 +28,7 @@ export const ApiKeySchema = Type.Object({
   // The pattern says 64 characters; the length says it too, for what bounds a value before it reads it (sources/postgres.ts).
   sha256: Type.String({ maxLength: 64, pattern: '^[0-9a-f]{64}$', description: 'SHA-256 of the key, lowercase hex; the key itself is never stored' }),
   kind: Type.Union(KEY_KINDS.map((kind) => Type.Literal(kind)), { description: 'What the key may do: a management key also lists the members of its organization' }),
-  organization_id: Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX, description: 'Identifier of the organization of the key; one that does not exist is valid, and its member listing answers 404 (npm run check warns of it, npm run key refuses to mint one)' }),
+  organization_id: Type.String({ minLength: 1, maxLength: IDENTIFIER_MAX, description: 'Identifier of the organization of the key; one that does not exist is valid, and its member listing answers 404 (npm run check warns of it, and refuses it with --strict; npm run key refuses to mint one)' }),
   expires_at: Type.Optional(Type.Union([Type.String({ format: TIMESTAMP_FORMAT }), Type.Null()], {
     description: 'The instant from which the key answers 401 (This API key has expired), an RFC 3339 timestamp with a time zone; absent or null, it never expires'
   })),

@@ -53,6 +53,17 @@ describe('npm run check', () => {
     expect(stderr).not.toContain(orphan.sha256)
   })
 
+  it('refuses with --strict, exit 1, a key whose organization organizations.json does not have, naming the key and the organization, never its hash', async () => {
+    const keys = JSON.parse(await readFile(join(dir, 'keys.json'), 'utf8')) as Array<{ organization_id: string }>
+    // The bundled data's one such key, kept on purpose for the 404 the README shows, is refused too.
+    expect(await check('--data-dir', dir, '--strict')).toEqual({ code: 1, stdout: '',
+      stderr: 'invalid: keys.json: key "deleted-org-management" is of organization "org_2vQmDeleted03", which organizations.json does not have; its member listing answers 404\n' })
+    await writeFile(join(dir, 'keys.json'), JSON.stringify(keys.filter((key) => key.organization_id !== 'org_2vQmDeleted03')))
+    const { code, stdout, stderr } = await check('--data-dir', dir, '--strict')
+    expect({ code, stderr }).toEqual({ code: 0, stderr: '' })
+    expect(stdout).toMatch(/: valid: /)
+  })
+
   it('names file, record and field of the first problem in one line, and exits 1', async () => {
     await writeFile(join(dir, 'providers.json'), JSON.stringify([{ name: 'A', slug: 'a', privacy_policy_url: null, headquarters: 'ZZ' }]))
     const { code, stdout, stderr } = await check('--data-dir', dir)

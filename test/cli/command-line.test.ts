@@ -15,7 +15,7 @@ const command = (file: string, ...args: string[]) =>
 
 const COMMANDS = [
   { name: 'key', file: 'mint-key.js', usage: 'usage: npm run key -- --kind standard|management --org <organization id> --name <name> [--expires-in <duration> | --expires-at <time>] [--rate-limit <n>]' },
-  { name: 'check', file: 'check.js', usage: 'usage: npm run check -- [--data-dir <dir>]' },
+  { name: 'check', file: 'check.js', usage: 'usage: npm run check -- [--data-dir <dir>] [--strict]' },
   { name: 'db', file: 'db.js', usage: 'usage: npm run db -- migrate' },
   { name: 'docs', file: 'write-docs.js', usage: 'usage: npm run docs' }
 ]
