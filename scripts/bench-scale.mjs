@@ -19,7 +19,8 @@
 // floor, RSS after start and after the changes, the time from a committed DELETE or INSERT to the
 // first answer that shows it on both replicas (p50 and p99 over 20 revocations and 20 mints), the
 // p99 of requests sent meanwhile from another process while nothing changes and during a bulk
-// reload, and the servers' own longest event-loop delay in each, the start of a third replica while
+// reload, and the servers' own longest event-loop delay in each, a revocation committed right after an
+// UPDATE of half the keys (which makes the replicas read the keys whole), the start of a third replica while
 // the two serve, a member added to (removed from) an organization of 10 until both replicas show it,
 // and `npm run db -- import` of the files.
 import { execFileSync, spawn } from 'node:child_process'
@@ -363,9 +364,16 @@ async function measureBuild ({ build, database, server, files, work, keys, organ
     const bulk = await latencyDuringBulk(`${servers[0].url}/v1/providers`, key, servers,
       () => client.query("UPDATE members SET first_name = 'Bulk'"),
       async () => (await (await fetch(`${servers[0].url}/v1/organization/members?limit=1`, { headers: { authorization: `Bearer scale-key-${MEMBER_KEY}` } })).text()).includes('"Bulk"'))
+    // A revocation committed right after a statement over half the keys, more than the change log names:
+    // the keys are read whole, and the revocation, which follows what was committed before it, waits for that read.
+    await loopDelay(servers)
+    await client.query("UPDATE keys SET disabled = false WHERE name LIKE 'key-%' AND right(name, 1) IN ('0', '2', '4', '6', '8')")
+    const afterBulk = { ms: await timeChange(servers, `scale-key-${keys - 1}`, 401, () => client.query('DELETE FROM keys WHERE name = $1', [`key-${keys - 1}`])) }
+    afterBulk.loop = await loopDelay(servers)
+    afterBulk.rss = Math.max(...servers.map((s) => rssMb(s.child.pid)))
     const members = await memberChanges(client, servers, `org_${MEMBER_KEY % organizations}`)
     const large = await largeOrganization(client, servers, key, `org_${MEMBER_KEY % organizations}`)
-    return { floorMs, importMs, startMs, joinMs, throttledMs, rssStart, rssChanged, times, bulk, members, large }
+    return { floorMs, importMs, startMs, joinMs, throttledMs, rssStart, rssChanged, times, bulk, afterBulk, members, large }
   } finally {
     await Promise.all(servers.map(stopServer))
     await client.end().catch(() => {})
@@ -447,6 +455,7 @@ export async function benchScale ({ root, before, keys = 1_000_000, organization
       row('mint to 200 on both replicas, p50 / p99 of 20', (r) => p(r.times.mint)),
       row('requests, p99 (max); event loop\'s longest delay, with nothing changing', (r) => `${fmt(r.bulk.idle.p99, 1)} ms (${fmt(r.bulk.idle.max, 1)} ms); ${ms(r.bulk.idle.loop)}`),
       row('the same during a bulk reload (its duration)', (r) => `${fmt(r.bulk.busy.p99, 1)} ms (${fmt(r.bulk.busy.max, 1)} ms); ${ms(r.bulk.busy.loop)} (${ms(r.bulk.bulkMs)})`),
+      row('a revocation committed right after an `UPDATE` of half the keys, to 401 on both replicas (the floor\'s multiple); event loop\'s longest delay; RSS after', (r) => `${ms(r.afterBulk.ms)} (${fmt(r.afterBulk.ms / r.floorMs, 1)}× the floor); ${ms(r.afterBulk.loop)}; ${fmt(r.afterBulk.rss)} MB`),
       row('start of a third replica while the two serve, spawn to first 200', (r) => `${ms(r.joinMs)} (${fmt(r.joinMs / r.floorMs, 1)}× the floor)`),
       row('start of a replica held to 20 % of a CPU (a cgroup\'s quota), spawn to first 200', (r) => typeof r.throttledMs === 'number' ? `${ms(r.throttledMs)} (${fmt(r.throttledMs / r.floorMs, 1)}× the floor)` : r.throttledMs ?? 'not measured: no cgroup could be made'),
       row('a member added to an organization of 10, on both replicas, p50 / p99 of 20', (r) => p(r.members.added)),
