@@ -43,6 +43,8 @@ export async function benchCommands ({ root, work, pin = (command, args) => [com
   execFileSync(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', join(root, 'tsconfig.build.json'), '--outDir', join(unbundled, 'dist')], { stdio: 'inherit' })
   copyFileSync(join(root, 'package.json'), join(unbundled, 'package.json'))
   symlinkSync(join(root, 'node_modules'), join(unbundled, 'node_modules'))
+  // The commands find the migrations at the package's root, above dist/, as in the image.
+  symlinkSync(join(root, 'migrations'), join(unbundled, 'migrations'))
 
   const list = ['list', '--data-dir', data]
   // A name of its own each time: mint refuses a name it has.

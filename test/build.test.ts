@@ -92,4 +92,12 @@ describe('scripts/bench.mjs (npm run bench)', () => {
     const error = await run(process.execPath, ['scripts/bench.mjs', '--quick'], { timeout: PATIENCE_MS }).catch((e: { code: number, stdout: string, stderr: string }) => e)
     expect(error).toMatchObject({ code: 2, stdout: '', stderr: "unknown option '--quick'; see npm run bench -- --help\n" })
   })
+
+  // Its sections run for most of an hour; this one, a round of each command, in seconds. It broke
+  // unseen once: the unbundled copy of the commands found no migrations/ above it.
+  it('times each command of its Commands section, one round, every command exiting 0', async () => {
+    const { stdout } = await run(process.execPath, ['scripts/bench-commands.mjs'], { env: { ...process.env, BENCH_COMMAND_ROUNDS: '1' }, timeout: 120_000 })
+    expect(stdout).toMatch(/^## Commands\n/)
+    expect(stdout).toContain('| `node dist/cli/mint-key.js list`, unbundled (one file per module) |')
+  }, 150_000)
 })
