@@ -1,7 +1,7 @@
 // Validates a data folder the way the server does at start, without starting one: for CI pipelines
 // that build data.
 import { loadConfig } from '../config.js'
-import { countRecords, describeCounts, orphanKeyWarnings } from '../repositories/records.js'
+import { countRecords, describeCounts, orphanKeys } from '../repositories/records.js'
 import { loadDataFolder } from '../repositories/sources/files.js'
 import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine } from './command-line.js'
 
@@ -27,13 +27,13 @@ async function main () {
   }
   const dir = dataDirOf('check', values) ?? loadConfig().DATA_DIR
   const data = await loadDataFolder(dir)
-  const warnings = orphanKeyWarnings(data)
-  if (values.strict && warnings.length > 0) {
-    for (const line of warnings) process.stderr.write(`${line.replace(/^warning: /, 'invalid: ')}\n`)
+  const orphans = orphanKeys(data)
+  if (values.strict && orphans.length > 0) {
+    for (const line of orphans) process.stderr.write(`invalid: ${line}\n`)
     process.exit(1)
   }
   process.stdout.write(`${dir}: valid: ${describeCounts(countRecords(data))}\n`)
-  for (const line of warnings) process.stderr.write(`${line}\n`)
+  for (const line of orphans) process.stderr.write(`warning: ${line}\n`)
 }
 
 main().catch((error: Error) => {

@@ -10,7 +10,7 @@ import { join } from 'node:path'
 import { buildApp } from '../app.js'
 import { KINDS, LIST_KINDS, OPERATIONS, RECORD_KINDS, type RecordKind } from '../registry.js'
 import { fixedSnapshots } from '../repositories/lifecycle.js'
-import { countRecords, describeCounts, orphanKeyWarnings } from '../repositories/records.js'
+import { countRecords, describeCounts, orphanKeys } from '../repositories/records.js'
 import { loadDataFolder } from '../repositories/sources/files.js'
 import { LIST_COLUMNS, SCHEMA_VERSION, schemaLacks, schemaTooOld } from '../repositories/sources/postgres-schema.js'
 import { fillRegions, syntaxOf, type Syntax } from './regions.js'
@@ -173,7 +173,7 @@ const REGIONS: Record<string, Partial<Record<Syntax, (facts: Facts) => string>>>
   'data files': { markdown: dataFileList },
   'file names': { markdown: () => RECORD_KINDS.map((kind) => code(KINDS[kind].file)).join(', ') },
   'file formats': { markdown: fileFormats },
-  'check output': { markdown: ({ bundled }) => fence('', [`/path/to/my-data: valid: ${describeCounts(countRecords(bundled))}`, ...orphanKeyWarnings(bundled)]) },
+  'check output': { markdown: ({ bundled }) => fence('', [`/path/to/my-data: valid: ${describeCounts(countRecords(bundled))}`, ...orphanKeys(bundled).map((line) => `warning: ${line}`)]) },
   'GET /': { markdown: ({ index }) => fence('sh', ['curl -s http://127.0.0.1:3000/', `# ${index}`]) },
   components: { markdown: ({ document }) => Object.keys(document.components.schemas).map(code).join(', ') },
   'data set': { markdown: dataSetInWords, yaml: dataSetGenerators },

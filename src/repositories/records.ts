@@ -163,22 +163,21 @@ export function describeCounts (counts: { [kind in RecordKind | 'members']: numb
     : `${counts[kind]} ${kind}`).join(', ')
 }
 
-/** Warnings listed at most: a million keys of a removed organization should not bury the verdict. */
-const WARNINGS_MAX = 10
+/** Keys of missing organizations listed at most: a million keys of a removed organization should not bury the verdict. */
+const ORPHANS_LISTED = 10
 
 /**
- * What npm run check warns of in valid data: one line per key whose organization the data does not
- * have. The server serves such a key (an organization may go before its keys are revoked; its member
- * listing answers 404), but it is more often a typo: worth a look, not a failed pipeline. Names the
- * key, never its hash.
+ * Keys whose organization the data does not have, a line each: npm run check warns of them, or refuses
+ * them with --strict. The server serves such a key (an organization may go before its keys are
+ * revoked; its member listing answers 404), but it is more often a typo. Names the key, never its hash.
  */
-export function orphanKeyWarnings (data: DirectoryData): string[] {
+export function orphanKeys (data: DirectoryData): string[] {
   const [keys, organizations] = [KINDS.keys.file, KINDS.organizations.file]
   const ids = new Set(data.organizations.map((organization) => organization.id))
   const orphans = data.keys.filter((key) => !ids.has(key.organization_id))
-  const lines = orphans.slice(0, WARNINGS_MAX).map((key) =>
-    `warning: ${keys}: key ${JSON.stringify(key.name)} is of organization ${JSON.stringify(key.organization_id)}, which ${organizations} does not have; its member listing answers 404`)
-  if (orphans.length > WARNINGS_MAX) lines.push(`warning: ${keys}: ${orphans.length - WARNINGS_MAX} more keys of organizations ${organizations} does not have`)
+  const lines = orphans.slice(0, ORPHANS_LISTED).map((key) =>
+    `${keys}: key ${JSON.stringify(key.name)} is of organization ${JSON.stringify(key.organization_id)}, which ${organizations} does not have; its member listing answers 404`)
+  if (orphans.length > ORPHANS_LISTED) lines.push(`${keys}: ${orphans.length - ORPHANS_LISTED} more keys of organizations ${organizations} does not have`)
   return lines
 }
 
