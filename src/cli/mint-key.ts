@@ -11,7 +11,7 @@ import { recordProblem, validateRecords } from '../repositories/records.js'
 import { DATA_FILES } from '../repositories/sources/files.js'
 import { readJsonFile, writeJsonFile } from '../repositories/json-file.js'
 import { connectPostgres, locationOf } from '../repositories/sources/postgres.js'
-import { deleteKey, insertKey, keyHistory, listKeys, organizationExists, pruneKeys, updateKey, type HistoryEntry } from '../repositories/sources/postgres-write.js'
+import { databaseNow, deleteKey, insertKey, keyHistory, listKeys, organizationExists, pruneKeys, updateKey, type HistoryEntry } from '../repositories/sources/postgres-write.js'
 import { instantText, timestampMs, timestampText } from '../schemas/formats.js'
 import { formatDuration, parseDuration } from './duration.js'
 import { KEY_KINDS, RATE_LIMIT_MAX, type ApiKey } from '../schemas/keys-and-organizations.js'
@@ -130,7 +130,7 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
     return {
       where: `table keys of ${locationOf(config.DATABASE_URL)}`,
       organizations: `table organizations of ${locationOf(config.DATABASE_URL)}`,
-      now: async () => Number((await client.query<{ now: string }>('SELECT extract(epoch FROM now()) * 1000 AS now')).rows[0]!.now),
+      now: () => databaseNow(client),
       add: (key) => insertKey(client, key),
       update: (name, change) => updateKey(client, name, change),
       remove: (name) => deleteKey(client, name),

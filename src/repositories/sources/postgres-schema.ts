@@ -66,6 +66,19 @@ export async function writeMigration (name: string, sql: string) {
   return path
 }
 
+/** Runs `work` in a transaction begun with `begin`: committed when it returns, rolled back when it throws. */
+export async function inTransaction<T> (client: pg.ClientBase, work: () => Promise<T>, begin = 'BEGIN'): Promise<T> {
+  await client.query(begin)
+  try {
+    const result = await work()
+    await client.query('COMMIT')
+    return result
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {})
+    throw error
+  }
+}
+
 // Any constant both sides agree on: it names "the migration lock" among advisory locks.
 const MIGRATION_LOCK = 7_208_114_231
 
@@ -79,9 +92,7 @@ const MIGRATION_LOCK = 7_208_114_231
 export async function migrate (client: pg.ClientBase, target = SCHEMA_VERSION): Promise<number[]> {
   await refuseStandby(client, 'migrate')
   const migrations = await readMigrations()
-  let pending: typeof migrations = []
-  await client.query('BEGIN')
-  try {
+  const pending = await inTransaction(client, async () => {
     await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK])
     await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
       version integer PRIMARY KEY,
@@ -107,16 +118,13 @@ export async function migrate (client: pg.ClientBase, target = SCHEMA_VERSION): 
       }
     }
     const applied = new Set(rows.map((row) => row.version))
-    pending = migrations.filter((migration) => !applied.has(migration.version) && migration.version <= target)
-    for (const migration of pending) {
+    const missing = migrations.filter((migration) => !applied.has(migration.version) && migration.version <= target)
+    for (const migration of missing) {
       await client.query(migration.sql)
       await client.query('INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)', [migration.version, migration.name, migration.checksum])
     }
-    await client.query('COMMIT')
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => {})
-    throw error
-  }
+    return missing
+  })
   if (target >= 7) await validateChecks(client)
   // A kind registered without a migration that makes its table: said by migrate too, not only at start.
   if (target === SCHEMA_VERSION) await checkSchema(client)
