@@ -17,9 +17,6 @@ import { formatDuration, parseDuration } from './duration.js'
 import { KEY_KINDS, RATE_LIMIT_MAX, type ApiKey } from '../schemas/keys-and-organizations.js'
 import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine, refuseCommandLine, refuseUnknownCommand } from './command-line.js'
 
-const COMMANDS = ['rotate', 'expire', 'disable', 'enable', 'limit', 'revoke', 'prune', 'history', 'list'] as const
-type Command = typeof COMMANDS[number] | 'mint'
-
 const SYNOPSIS = `npm run key -- --kind standard|management --org <organization id> --name <name> [--expires-in <duration> | --expires-at <time>] [--rate-limit <n>]
        npm run key -- rotate --name <name> [--grace <duration>] [--expires-in <duration> | --expires-at <time>]
        npm run key -- expire --name <name> (--in <duration> | --at <time> | --never)
@@ -223,7 +220,6 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
   }
 }
 
-/** A key as list shows it: its hashes left out. */
 function listed ({ sha256: _hash, previous, ...key }: ApiKey): Listed {
   return previous == null ? key : { ...key, previous: { expires_at: previous.expires_at } }
 }
@@ -471,7 +467,7 @@ const OPTIONS = {
 } as const
 
 /** The options each command takes, besides --data-dir; those it requires. */
-const COMMAND_OPTIONS: { readonly [C in Command]: { takes: ReadonlyArray<keyof typeof OPTIONS>, requires: ReadonlyArray<keyof typeof OPTIONS> } } = {
+const COMMAND_OPTIONS = {
   mint: { takes: ['kind', 'org', 'name', 'expires-in', 'expires-at', 'rate-limit'], requires: ['kind', 'org', 'name'] },
   rotate: { takes: ['name', 'grace', 'expires-in', 'expires-at'], requires: ['name'] },
   expire: { takes: ['name', 'in', 'at', 'never'], requires: ['name'] },
@@ -482,7 +478,10 @@ const COMMAND_OPTIONS: { readonly [C in Command]: { takes: ReadonlyArray<keyof t
   prune: { takes: ['expired-before'], requires: [] },
   history: { takes: ['name'], requires: [] },
   list: { takes: [], requires: [] }
-}
+} as const satisfies Record<string, { takes: ReadonlyArray<keyof typeof OPTIONS>, requires: ReadonlyArray<keyof typeof OPTIONS> }>
+type Command = keyof typeof COMMAND_OPTIONS
+// Minting takes no command word, so `mint` is as unknown as any other.
+const COMMANDS = Object.keys(COMMAND_OPTIONS).filter((command) => command !== 'mint')
 
 async function main () {
   const { positionals, values } = readCommandLine('key', OPTIONS, true)
@@ -490,8 +489,7 @@ async function main () {
     process.stdout.write(HELP)
     return
   }
-  // Minting takes no command word, so `mint` is as unknown as any other.
-  if (positionals[0] !== undefined && !(COMMANDS as readonly string[]).includes(positionals[0])) {
+  if (positionals[0] !== undefined && !COMMANDS.includes(positionals[0])) {
     refuseUnknownCommand('key', positionals[0], `${COMMANDS.join(', ')}; a key is minted without one`)
   }
   const command = (positionals[0] ?? 'mint') as Command
