@@ -13,7 +13,7 @@ import { announcesBody } from './request-checks.js'
 import { isLingering, lingerAfterAnswer } from '../lingering-close.js'
 
 // Required, not imported: importing node:http as an ES module reads every one of its exports, and
-// reading WebSocket loads the fetch client bundled in Node.js (undici), 50 ms and more of each start.
+// reading WebSocket loads the fetch client bundled in Node.js (undici) at each start (docs/performance.md).
 const { STATUS_CODES } = createRequire(import.meta.url)('node:http') as typeof import('node:http')
 
 /** A 4xx message, whatever it quotes, stays one short line. */

@@ -10,9 +10,9 @@ import { openDataFile } from './json-file.js'
 const CHUNK_BYTES = 64 * 1024
 
 /**
- * The largest element read: an organization of 100,000 members takes some 25 MB, written as export
- * writes it. A larger one would be held whole before it is parsed (a value of 600 MB runs into V8's
- * longest string), so it is refused, naming the element, before it is.
+ * The largest element read, with room for the largest organization (docs/postgresql.md, "Export and
+ * import at gateway scale"). A larger one would be held whole before it is parsed (and a value of some
+ * hundreds of MB runs into V8's longest string), so it is refused, naming the element, before it is.
  */
 export const MAX_ELEMENT_BYTES = 64 * 1024 * 1024
 

@@ -133,9 +133,9 @@ export async function migrate (client: pg.ClientBase, target = SCHEMA_VERSION): 
 
 /**
  * Validates the checks made from the schemas that are not yet, each in a transaction of its own,
- * after the migration's: VALIDATE reads every row (some 0.1 s for the kind and 0.7 s for the hash at
- * a million keys), under a lock that lets reads and writes go on, where the migration's ALTER TABLE
- * holds every reader of the table until it commits. Rows already there that break a check (a key
+ * after the migration's: VALIDATE reads every row (docs/postgresql.md says how long), under a lock
+ * that lets reads and writes go on, where the migration's ALTER TABLE holds every reader of the table
+ * until it commits. Rows already there that break a check (a key
  * "disabled" by hand) leave it NOT VALID, and a warning says how many there are: the replicas do not
  * serve them, new writes are checked all the same, and the next migrate validates it once they are
  * fixed. Never the cause of a failed migration, whose transaction would undo everything.
