@@ -12,9 +12,7 @@ declare module 'fastify' {
 }
 
 interface OpenapiDocument {
-  /** The document as an object. */
   object(): Promise<Record<string, unknown>>
-  /** The same document as YAML text. */
   yaml(): Promise<string>
 }
 

@@ -240,7 +240,6 @@ export class JsonArrayWriter {
     return new JsonArrayWriter(path, await open(`${path}.tmp`, 'w'))
   }
 
-  /** Adds an element. */
   async write (element: unknown) {
     // JSON.stringify of an element in an array of indent 2: its own text, every line indented once more
     // (a string holds no raw line break: JSON escapes it).
