@@ -269,7 +269,6 @@ export class JsonChecker {
     this.inName = true
     this.nameFrom = from
     this.nameLength = 0
-    this.nameLengths[this.depth - 1] = -1
   }
 
   private close () {
