@@ -60,9 +60,9 @@ export type Config = Static<typeof ConfigSchema>
  */
 export const FORMER_NAMES = { FIXTURES_DIR: 'DATA_DIR' } as const satisfies Record<string, keyof Config>
 
-/** Whether `name` is set in `env`, by its name or a former one. */
-export function isGiven (name: keyof Config, env: NodeJS.ProcessEnv = process.env): boolean {
-  return Boolean(env[name]) || Object.entries(FORMER_NAMES).some(([former, current]) => current === name && Boolean(env[former]))
+/** Whether `name` is set in the environment, by its name or a former one. */
+export function isGiven (name: keyof Config): boolean {
+  return Boolean(process.env[name]) || Object.entries(FORMER_NAMES).some(([former, current]) => current === name && Boolean(process.env[former]))
 }
 
 /** `env` with each former name read as its setting; both given with different values is refused. */

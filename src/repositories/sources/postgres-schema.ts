@@ -279,7 +279,7 @@ export const RETENTION_MS = 24 * 60 * 60 * 1000
  * transaction removed: a replica whose position had not seen it reads every table again. Then
  * VACUUM, so that the space is reused and the log stays the size of its retention.
  */
-export async function trimChanges (client: pg.ClientBase, olderThanMs = RETENTION_MS): Promise<number> {
+export async function trimChanges (client: pg.ClientBase, olderThanMs: number): Promise<number> {
   await refuseStandby(client, 'trim')
   await checkSchema(client)
   const { rows: [row] } = await client.query<{ removed: string }>(`WITH gone AS (
