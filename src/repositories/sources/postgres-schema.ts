@@ -157,23 +157,13 @@ $$`)
 
 /**
  * The columns every list kind's table has, whatever its kind, as a replica reads them (readList in
- * postgres.ts) and `npm run db -- export` does:
- * - `id`: the row's identity, which breaks ties in the list's order and names a row in messages where
- *   nothing else does: a bigint identity column, or, for a kind whose unique field is `id` (OpenRouter's
- *   models are keyed by it), that field's generated column itself, text, the primary key. A column of
- *   the table's own of that name would clash with the field's.
- * - `position`: the record's place in the list, which is read `ORDER BY position, id`.
- * - `document`: the record, the JSON document a file holds (json keeps its text, its fields in their order).
- * - `document_bytes`: the document's size in bytes, generated as it is written (stored): a replica leaves
- *   a document past its bound unread. json keeps no length apart from its text, and
- *   octet_length(document::text) would read and copy the whole document at every read; a stored column
- *   costs that once, to its writer.
- * Each other field the registry says is unique is a generated text column (`document ->> 'slug'`),
- * unique: an operator changes a record with one statement (`UPDATE providers SET document = '{...}'
- * WHERE slug = 'openai'`). A unique field named `position`, `document` or `document_bytes` would clash
- * with a column above, and the registry holds none (test/kinds.test.ts). A statement that writes the
- * table notifies the replicas (its trigger), which read the list again. A new kind's table is made by
- * a migration of its own, holding what listTableSql makes of its registry entry.
+ * postgres.ts) and `npm run db -- export` does. What each is for, and why `id` is the unique field's own
+ * column for a kind keyed by `id`, is docs/postgresql.md's ("Every list kind's table has the same
+ * shape"). `document_bytes` is stored, computed once by its writer: json keeps no length apart from its
+ * text, and octet_length(document::text) would read and copy the whole document at every read. Each
+ * other unique field of the registry's entry is a generated text column, unique, by which an operator
+ * changes a record with one statement. A new kind's table is made by a migration of its own, holding
+ * what listTableSql makes of its registry entry.
  */
 export const LIST_COLUMNS: readonly string[] = ['id', 'position', 'document', 'document_bytes']
 
