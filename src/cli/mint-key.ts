@@ -157,17 +157,17 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
     })
   }
   const entry = (name: string, action: string, changes: HistoryEntry['changes'] = null): HistoryEntry => ({ at: instantText(Date.now()), name, action, changes, by: osUser() })
+  /** `change` given the keys of the file, under the folder's lock. */
+  const locked = <T>(change: (keys: ApiKey[]) => Promise<T>, mayBeMissing = false) => withLock(file, async () => await change(await readKeys(file, mayBeMissing)))
   return {
     where: file,
     organizations: join(dir, DATA_FILES.organizations),
     now: async () => Date.now(),
-    add: (key) => withLock(file, async () => {
-      const keys = await readKeys(file, true)
+    add: (key) => locked(async (keys) => {
       if (keys.some((existing) => existing.name === key.name)) throw new Error(`a key named ${JSON.stringify(key.name)} exists already in ${file}`)
       await write([...keys, key], [entry(key.name, 'minted', fieldsOf(key))])
-    }),
-    update: (name, change) => withLock(file, async () => {
-      const keys = await readKeys(file, false)
+    }, true),
+    update: (name, change) => locked(async (keys) => {
       const before = keys.find((key) => key.name === name)
       if (before === undefined) return undefined
       const after = change(before, Date.now())
@@ -177,15 +177,13 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
       }
       return { before, after }
     }),
-    remove: (name) => withLock(file, async () => {
-      const keys = await readKeys(file, false)
+    remove: (name) => locked(async (keys) => {
       const kept = keys.filter((key) => key.name !== name)
       if (kept.length === keys.length) return false
       await write(kept, [entry(name, 'revoked')])
       return true
     }),
-    prune: (before) => withLock(file, async () => {
-      const keys = await readKeys(file, false)
+    prune: (before) => locked(async (keys) => {
       const entries: HistoryEntry[] = []
       const kept: ApiKey[] = []
       let secrets = 0
