@@ -357,13 +357,11 @@ const wholeSecond = (ms: number) => Math.floor(ms / 1000) * 1000
 /** A new key: 32 random bytes (256 bits, far beyond guessing), prefixed so that people know what the string is. */
 const newSecret = () => `sk-or-v1-${randomBytes(32).toString('hex')}`
 
-/** Whether now plus `ms` is an instant a key's expiry can hold (RFC 3339 has four digits for the year). */
-const withinYears = (ms: number) => Date.now() + ms < Date.UTC(10000, 0, 1)
-
 /** A duration option, in ms; refuses the command line when it is not one. */
 function durationOption (option: string, text: string): number {
   const ms = parseDuration(text)
-  if (ms === undefined || !withinYears(ms)) refuseCommandLine('key', `--${option} ${JSON.stringify(text)} is not a duration such as 30s, 15m, 12h or 90d, ending before the year 10000`)
+  // An expiry past the year 9999 is none RFC 3339 can write (four digits for the year).
+  if (ms === undefined || Date.now() + ms >= Date.UTC(10000, 0, 1)) refuseCommandLine('key', `--${option} ${JSON.stringify(text)} is not a duration such as 30s, 15m, 12h or 90d, ending before the year 10000`)
   return ms
 }
 
