@@ -1,7 +1,7 @@
 import { fileURLToPath } from 'node:url'
 import { Type, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import { describeErrors, editDistance } from './schemas/describe-error.js'
+import { describeErrors, nearest } from './schemas/describe-error.js'
 
 /** The data set shipped with the service (its fixtures), used when DATA_DIR is not set. */
 export const BUNDLED_FIXTURES_DIR = fileURLToPath(new URL('../fixtures', import.meta.url))
@@ -60,9 +60,9 @@ export type Config = Static<typeof ConfigSchema>
  */
 export const FORMER_NAMES = { FIXTURES_DIR: 'DATA_DIR' } as const satisfies Record<string, keyof Config>
 
-/** Whether `name` is set in `env`, by its name or a former one. */
-export function isGiven (name: keyof Config, env: NodeJS.ProcessEnv = process.env): boolean {
-  return Boolean(env[name]) || Object.entries(FORMER_NAMES).some(([former, current]) => current === name && Boolean(env[former]))
+/** Whether `name` is set in the environment, by its name or a former one. */
+export function isGiven (name: keyof Config): boolean {
+  return Boolean(process.env[name]) || Object.entries(FORMER_NAMES).some(([former, current]) => current === name && Boolean(process.env[former]))
 }
 
 /** `env` with each former name read as its setting; both given with different values is refused. */
@@ -134,15 +134,7 @@ export type ConnectionLimits = Pick<Config, 'KEEP_ALIVE_TIMEOUT_MS' | 'HEADERS_T
  */
 function settingNear (variable: string, names: string[]): string | undefined {
   const bare = (name: string) => name.replaceAll('_', '').toUpperCase()
-  let best: string | undefined
-  let bestDistance = Infinity
-  for (const name of names) {
-    // Further apart than a slip whatever their letters: not worth a comparison of every letter with every other.
-    if (Math.abs(bare(name).length - bare(variable).length) > 2) continue
-    const distance = editDistance(bare(variable), bare(name))
-    if (distance < bestDistance) [best, bestDistance] = [name, distance]
-  }
-  return best !== undefined && bestDistance <= Math.min(2, Math.floor(bare(best).length / 4)) ? best : undefined
+  return nearest(variable, names, bare, (name) => Math.min(2, Math.floor(bare(name).length / 4)))
 }
 
 /**

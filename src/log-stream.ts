@@ -7,9 +7,9 @@ const MAX_UTF8_BYTES_PER_CHAR = 3
  * stdout for the JSON log lines, written in batches of about 16 KiB, at least every second, and at
  * exit (a normal exit, process.exit, an uncaught error; a SIGKILL or an out-of-memory kill loses at
  * most the last second). One write(2) per request line costs more than the rest of the request;
- * sonic-boom's own minLength batching measures the whole pending buffer again on every line, which
- * cost 15 % of the throughput here. sonic-boom still does the writing (partial writes, EAGAIN on a
- * non-blocking pipe).
+ * sonic-boom's own minLength batching measures the whole pending buffer again on every line
+ * (docs/performance.md, "The request path"). sonic-boom still does the writing (partial writes, EAGAIN
+ * on a non-blocking pipe).
  *
  * Each line is encoded once, into the batch's Buffer. A batch kept as a string cost three more
  * passes over its 16 KiB: sonic-boom measures a string, encodes it to write it, then encodes it

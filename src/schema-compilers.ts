@@ -11,10 +11,10 @@ const requireOnFirstUse = createRequire(import.meta.url)
 /**
  * Fastify's default validation (Ajv, with Fastify's options and our shared schemas), built when a
  * request first needs it instead of when the app is built: loading Ajv (with ajv-formats and fast-uri,
- * some 90 modules) and building it cost some 50 ms of every start, and only the member listing's query
- * has a schema to validate. The validator is the same Ajv code with the same options, so a query
- * passes, is coerced and defaulted, and fails with the same messages as before; the first member
- * listing of a process pays the build instead (60-90 ms on a loaded 2-core machine).
+ * some 90 modules) and building it was a large part of every start (docs/performance.md, "Start-up"),
+ * and only the member listing's query has a schema to validate. The validator is the same Ajv code
+ * with the same options, so a query passes, is coerced and defaulted, and fails with the same messages
+ * as before; the first member listing of a process pays the build instead.
  */
 function buildValidatorOnFirstUse (externalSchemas: unknown, ajvOptions: unknown): ValidatorCompiler {
   let compile: ValidatorCompiler | undefined
@@ -37,8 +37,8 @@ function buildValidatorOnFirstUse (externalSchemas: unknown, ajvOptions: unknown
 /**
  * The compilers of every route. Responses are sent with JSON.stringify: lists and members are
  * serialized once per data snapshot (a page is slices of them), the rest (errors, probes) are a few
- * bytes, and start-up compiles no serializer per response schema (70 ms) nor loads the serializer
- * compiler; the response schemas still document every answer.
+ * bytes, and start-up compiles no serializer per response schema nor loads the serializer compiler;
+ * the response schemas still document every answer.
  */
 export const compilersFactory = {
   buildValidator: buildValidatorOnFirstUse,

@@ -27,7 +27,6 @@ export function containsSecret (text: string): boolean {
   return text.length >= SHORTEST && ((text.includes('sk-') && KEY.test(text)) || HASH.test(text))
 }
 
-
 /**
  * A percent escape of an unreserved character (RFC 3986: letters, digits, `-`, `.`, `_`, `~`), every
  * character a key is made of. Decoding these is the normalization RFC 3986 (6.2.2.2) allows: the URL

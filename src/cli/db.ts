@@ -3,6 +3,7 @@ import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { loadConfig } from '../config.js'
 import { describeCounts } from '../repositories/records.js'
+import type { RecordCounts } from '../repositories/snapshot.js'
 import { KINDS, LIST_KINDS, RECORD_KINDS, type ListKind, type RecordKind } from '../registry.js'
 import { DATA_FILES } from '../repositories/sources/files.js'
 import { readRecordBatches, refuseRepeat } from '../repositories/sources/file-stream.js'
@@ -156,17 +157,15 @@ async function main () {
   }
 }
 
-type Counts = { [kind in RecordKind | 'members']: number }
-
-const noRecords = () => Object.fromEntries([...RECORD_KINDS, 'members'].map((kind) => [kind, 0])) as Counts
+const noRecords = () => Object.fromEntries([...RECORD_KINDS, 'members'].map((kind) => [kind, 0])) as RecordCounts
 
 /** Adds to `counts` the records (and an organization's members) of `kind` as they go by. */
-function count (counts: Counts, kind: RecordKind, record: unknown) {
+function count (counts: RecordCounts, kind: RecordKind, record: unknown) {
   counts[kind]++
   if (kind === 'organizations') counts.members += (record as { members: unknown[] }).members.length
 }
 
-async function * counted<T> (batches: AsyncIterable<readonly T[]>, kind: RecordKind, counts: Counts) {
+async function * counted<T> (batches: AsyncIterable<readonly T[]>, kind: RecordKind, counts: RecordCounts) {
   for await (const records of batches) {
     for (const record of records) count(counts, kind, record)
     yield records

@@ -11,14 +11,11 @@ import { recordProblem, validateRecords } from '../repositories/records.js'
 import { DATA_FILES } from '../repositories/sources/files.js'
 import { readJsonFile, writeJsonFile } from '../repositories/json-file.js'
 import { connectPostgres, locationOf } from '../repositories/sources/postgres.js'
-import { deleteKey, insertKey, keyHistory, listKeys, organizationExists, pruneKeys, updateKey, type HistoryEntry } from '../repositories/sources/postgres-write.js'
+import { databaseNow, deleteKey, insertKey, keyHistory, listKeys, organizationExists, pruneKeys, updateKey, type HistoryEntry } from '../repositories/sources/postgres-write.js'
 import { instantText, timestampMs, timestampText } from '../schemas/formats.js'
 import { formatDuration, parseDuration } from './duration.js'
 import { KEY_KINDS, RATE_LIMIT_MAX, type ApiKey } from '../schemas/keys-and-organizations.js'
 import { DATA_DIR_OPTIONS, dataDirOf, readCommandLine, refuseCommandLine, refuseUnknownCommand } from './command-line.js'
-
-const COMMANDS = ['rotate', 'expire', 'disable', 'enable', 'limit', 'revoke', 'prune', 'history', 'list'] as const
-type Command = typeof COMMANDS[number] | 'mint'
 
 const SYNOPSIS = `npm run key -- --kind standard|management --org <organization id> --name <name> [--expires-in <duration> | --expires-at <time>] [--rate-limit <n>]
        npm run key -- rotate --name <name> [--grace <duration>] [--expires-in <duration> | --expires-at <time>]
@@ -130,7 +127,7 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
     return {
       where: `table keys of ${locationOf(config.DATABASE_URL)}`,
       organizations: `table organizations of ${locationOf(config.DATABASE_URL)}`,
-      now: async () => Number((await client.query<{ now: string }>('SELECT extract(epoch FROM now()) * 1000 AS now')).rows[0]!.now),
+      now: () => databaseNow(client),
       add: (key) => insertKey(client, key),
       update: (name, change) => updateKey(client, name, change),
       remove: (name) => deleteKey(client, name),
@@ -160,17 +157,17 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
     })
   }
   const entry = (name: string, action: string, changes: HistoryEntry['changes'] = null): HistoryEntry => ({ at: instantText(Date.now()), name, action, changes, by: osUser() })
+  /** `change` given the keys of the file, under the folder's lock. */
+  const locked = <T>(change: (keys: ApiKey[]) => Promise<T>, mayBeMissing = false) => withLock(file, async () => await change(await readKeys(file, mayBeMissing)))
   return {
     where: file,
     organizations: join(dir, DATA_FILES.organizations),
     now: async () => Date.now(),
-    add: (key) => withLock(file, async () => {
-      const keys = await readKeys(file, true)
+    add: (key) => locked(async (keys) => {
       if (keys.some((existing) => existing.name === key.name)) throw new Error(`a key named ${JSON.stringify(key.name)} exists already in ${file}`)
       await write([...keys, key], [entry(key.name, 'minted', fieldsOf(key))])
-    }),
-    update: (name, change) => withLock(file, async () => {
-      const keys = await readKeys(file, false)
+    }, true),
+    update: (name, change) => locked(async (keys) => {
       const before = keys.find((key) => key.name === name)
       if (before === undefined) return undefined
       const after = change(before, Date.now())
@@ -180,15 +177,13 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
       }
       return { before, after }
     }),
-    remove: (name) => withLock(file, async () => {
-      const keys = await readKeys(file, false)
+    remove: (name) => locked(async (keys) => {
       const kept = keys.filter((key) => key.name !== name)
       if (kept.length === keys.length) return false
       await write(kept, [entry(name, 'revoked')])
       return true
     }),
-    prune: (before) => withLock(file, async () => {
-      const keys = await readKeys(file, false)
+    prune: (before) => locked(async (keys) => {
       const entries: HistoryEntry[] = []
       const kept: ApiKey[] = []
       let secrets = 0
@@ -223,7 +218,6 @@ async function openStore (dataDir: string | undefined): Promise<KeyStore> {
   }
 }
 
-/** A key as list shows it: its hashes left out. */
 function listed ({ sha256: _hash, previous, ...key }: ApiKey): Listed {
   return previous == null ? key : { ...key, previous: { expires_at: previous.expires_at } }
 }
@@ -363,13 +357,11 @@ const wholeSecond = (ms: number) => Math.floor(ms / 1000) * 1000
 /** A new key: 32 random bytes (256 bits, far beyond guessing), prefixed so that people know what the string is. */
 const newSecret = () => `sk-or-v1-${randomBytes(32).toString('hex')}`
 
-/** Whether now plus `ms` is an instant a key's expiry can hold (RFC 3339 has four digits for the year). */
-const withinYears = (ms: number) => Date.now() + ms < Date.UTC(10000, 0, 1)
-
 /** A duration option, in ms; refuses the command line when it is not one. */
 function durationOption (option: string, text: string): number {
   const ms = parseDuration(text)
-  if (ms === undefined || !withinYears(ms)) refuseCommandLine('key', `--${option} ${JSON.stringify(text)} is not a duration such as 30s, 15m, 12h or 90d, ending before the year 10000`)
+  // An expiry past the year 9999 is none RFC 3339 can write (four digits for the year).
+  if (ms === undefined || Date.now() + ms >= Date.UTC(10000, 0, 1)) refuseCommandLine('key', `--${option} ${JSON.stringify(text)} is not a duration such as 30s, 15m, 12h or 90d, ending before the year 10000`)
   return ms
 }
 
@@ -471,7 +463,7 @@ const OPTIONS = {
 } as const
 
 /** The options each command takes, besides --data-dir; those it requires. */
-const COMMAND_OPTIONS: { readonly [C in Command]: { takes: ReadonlyArray<keyof typeof OPTIONS>, requires: ReadonlyArray<keyof typeof OPTIONS> } } = {
+const COMMAND_OPTIONS = {
   mint: { takes: ['kind', 'org', 'name', 'expires-in', 'expires-at', 'rate-limit'], requires: ['kind', 'org', 'name'] },
   rotate: { takes: ['name', 'grace', 'expires-in', 'expires-at'], requires: ['name'] },
   expire: { takes: ['name', 'in', 'at', 'never'], requires: ['name'] },
@@ -482,7 +474,10 @@ const COMMAND_OPTIONS: { readonly [C in Command]: { takes: ReadonlyArray<keyof t
   prune: { takes: ['expired-before'], requires: [] },
   history: { takes: ['name'], requires: [] },
   list: { takes: [], requires: [] }
-}
+} as const satisfies Record<string, { takes: ReadonlyArray<keyof typeof OPTIONS>, requires: ReadonlyArray<keyof typeof OPTIONS> }>
+type Command = keyof typeof COMMAND_OPTIONS
+// Minting takes no command word, so `mint` is as unknown as any other.
+const COMMANDS = Object.keys(COMMAND_OPTIONS).filter((command) => command !== 'mint')
 
 async function main () {
   const { positionals, values } = readCommandLine('key', OPTIONS, true)
@@ -490,8 +485,7 @@ async function main () {
     process.stdout.write(HELP)
     return
   }
-  // Minting takes no command word, so `mint` is as unknown as any other.
-  if (positionals[0] !== undefined && !(COMMANDS as readonly string[]).includes(positionals[0])) {
+  if (positionals[0] !== undefined && !COMMANDS.includes(positionals[0])) {
     refuseUnknownCommand('key', positionals[0], `${COMMANDS.join(', ')}; a key is minted without one`)
   }
   const command = (positionals[0] ?? 'mint') as Command

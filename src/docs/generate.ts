@@ -14,7 +14,7 @@ import { countRecords, describeCounts, orphanKeys } from '../repositories/record
 import { loadDataFolder } from '../repositories/sources/files.js'
 import { LIST_COLUMNS, SCHEMA_VERSION, schemaLacks, schemaTooOld } from '../repositories/sources/postgres-schema.js'
 import { fillRegions, syntaxOf, type Syntax } from './regions.js'
-import { formatTables, lowerFirst, recordDescription } from './schema-tables.js'
+import { code, formatTables, lowerFirst, recordDescription } from './schema-tables.js'
 
 /** The parts of the served OpenAPI document the regions read. */
 interface OpenApiDocument {
@@ -49,7 +49,6 @@ async function readFacts (root: string): Promise<Facts> {
   }
 }
 
-const code = (text: string) => `\`${text}\``
 const fence = (language: string, lines: string[]) => [`\`\`\`${language}`, ...lines, '```'].join('\n')
 
 /** The kinds whose data is a credential (the keys' hashes): in Kubernetes, a Secret rather than the ConfigMap. */

@@ -17,7 +17,7 @@ interface JsonSchema {
   description?: string
 }
 
-const code = (text: string) => `\`${text}\``
+export const code = (text: string) => `\`${text}\``
 
 /** A description within a sentence: "An upstream provider" as "an upstream provider", "API key" as it is. */
 export const lowerFirst = (text: string) => /^[A-Z](?![A-Z])/.test(text) ? text[0]!.toLowerCase() + text.slice(1) : text

@@ -13,7 +13,7 @@ import { announcesBody } from './request-checks.js'
 import { isLingering, lingerAfterAnswer } from '../lingering-close.js'
 
 // Required, not imported: importing node:http as an ES module reads every one of its exports, and
-// reading WebSocket loads the fetch client bundled in Node.js (undici), 50 ms and more of each start.
+// reading WebSocket loads the fetch client bundled in Node.js (undici) at each start (docs/performance.md).
 const { STATUS_CODES } = createRequire(import.meta.url)('node:http') as typeof import('node:http')
 
 /** A 4xx message, whatever it quotes, stays one short line. */
@@ -22,11 +22,6 @@ const MESSAGE_MAX = 512
 /** The body every non-2xx answer carries; `code` always equals the HTTP status. */
 export function errorBody (code: number, message: string) {
   return { error: { code, message } }
-}
-
-function statusOf (error: FastifyError): number {
-  const status = error.statusCode
-  return status !== undefined && status >= 400 && status <= 599 ? status : 500
 }
 
 function validationMessage (error: FastifyError): string {
@@ -38,26 +33,22 @@ function validationMessage (error: FastifyError): string {
   return error.message
 }
 
-/** A body was announced and has not all arrived (`complete` is also false, for a moment, without a body). */
-function hasUnreadBody (request: FastifyRequest): boolean {
-  return announcesBody(request.headers) && !request.raw.complete
-}
-
 /** Every operation answers GET and HEAD only. */
 const ALLOWED_METHODS = 'GET, HEAD'
 const methodNotAllowed = (method: string | undefined, path: string) => `Method ${method} is not allowed on ${redactUrl(path, ECHO_MAX)}; use GET`
 
 /** 4xx keep their clear message; a 5xx says only its status, and its real cause goes to the log. */
 function sendError (error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
-  const status = statusOf(error)
+  const status = error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode <= 599 ? error.statusCode : 500
   if (status >= 500) {
     request.log.error({ err: error }, 'request failed')
     return reply.code(status).send(errorBody(status, STATUS_CODES[status] ?? 'Internal Server Error'))
   }
-  // Answered before the body was read (too large, or refused before it was needed): closing the
-  // connection is the only way not to read the rest, which Node.js would otherwise read to the end.
-  // It closes lingering, so that a client still sending gets this answer rather than a reset.
-  if (hasUnreadBody(request)) {
+  // Answered before the announced body had all arrived (too large, or refused before it was needed;
+  // `complete` is also false, for a moment, without a body): closing the connection is the only way
+  // not to read the rest, which Node.js would otherwise read to the end. It closes lingering, so that a
+  // client still sending gets this answer rather than a reset.
+  if (announcesBody(request.headers) && !request.raw.complete) {
     reply.header('connection', 'close')
     lingerAfterAnswer(request.raw)
   }

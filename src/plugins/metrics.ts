@@ -160,12 +160,7 @@ async function metricsPlugin (app: FastifyInstance, { enabled, snapshots, maxSta
     }
   })
   let inFlight = 0
-  new Gauge({
-    name: 'http_requests_in_flight',
-    help: 'Requests received and not yet answered',
-    registers: [registry],
-    collect () { this.set(inFlight) }
-  })
+  gauge(registry, 'http_requests_in_flight', 'Requests received and not yet answered', () => inFlight)
 
   /** The series of one route (its template with its prefix, never the URL), by method then status, made once each. */
   function routeSeries (route: string) {
@@ -217,26 +212,12 @@ async function metricsPlugin (app: FastifyInstance, { enabled, snapshots, maxSta
   })
 }
 
-/** How full the cache of member pages is (representation.ts), read when Prometheus scrapes. */
-function pageCacheMetrics (registry: Registry, pages: Pick<PageCache, 'usage'>) {
+/**
+ * A gauge of what `read` gives at the scrape, and no sample where it gives nothing (files, or not
+ * known): the plain numbers are read when Prometheus scrapes, nothing is done per request or per change.
+ */
+function gauge (registry: Registry, name: string, help: string, read: () => number | undefined) {
   new Gauge({
-    name: 'directory_page_cache_pages',
-    help: 'Member pages kept as they are sent (their bodies in each coding sent, tags and headers), the least recently used out first',
-    registers: [registry],
-    collect () { this.set(pages.usage.pages) }
-  })
-  new Gauge({
-    name: 'directory_page_cache_bytes',
-    help: 'Bytes counted for the member pages kept: their bodies, and 1.5 KiB for the objects of each answer kept (one a coding asked for); at most 16 MiB',
-    registers: [registry],
-    collect () { this.set(pages.usage.bytes) }
-  })
-}
-
-/** The data served, read from the lifecycle when Prometheus scrapes: nothing to do per request or per change. */
-function snapshotMetrics (registry: Registry, snapshots: Snapshots, maxStalenessMs: number | undefined) {
-  /** A gauge of what `read` gives at the scrape, and no sample where it gives nothing (files, or not known). */
-  const gaugeOrAbsent = (name: string, help: string, read: () => number | undefined) => new Gauge({
     name,
     help,
     registers: [registry],
@@ -246,20 +227,41 @@ function snapshotMetrics (registry: Registry, snapshots: Snapshots, maxStaleness
       else this.set(value)
     }
   })
-  new Gauge({
-    name: 'directory_data_unconfirmed_seconds',
-    help: 'Seconds since the data served was last confirmed current (the start of the last read of the source that succeeded)',
+}
+
+/** A counter of the total `read` gives at the scrape. */
+function counter (registry: Registry, name: string, help: string, read: () => number) {
+  new Counter({
+    name,
+    help,
     registers: [registry],
-    collect () { this.set(Math.max(0, Date.now() - snapshots.confirmedAt()) / 1000) }
+    collect () {
+      this.reset()
+      this.inc(read())
+    }
   })
+}
+
+/** How full the cache of member pages is (representation.ts). */
+function pageCacheMetrics (registry: Registry, pages: Pick<PageCache, 'usage'>) {
+  gauge(registry, 'directory_page_cache_pages',
+    'Member pages kept as they are sent (their bodies in each coding sent, tags and headers), the least recently used out first',
+    () => pages.usage.pages)
+  gauge(registry, 'directory_page_cache_bytes',
+    'Bytes counted for the member pages kept: their bodies, and 1.5 KiB for the objects of each answer kept (one a coding asked for); at most 16 MiB',
+    () => pages.usage.bytes)
+}
+
+/** The data served, read from the lifecycle. */
+function snapshotMetrics (registry: Registry, snapshots: Snapshots, maxStalenessMs: number | undefined) {
+  gauge(registry, 'directory_data_unconfirmed_seconds',
+    'Seconds since the data served was last confirmed current (the start of the last read of the source that succeeded)',
+    () => Math.max(0, Date.now() - snapshots.confirmedAt()) / 1000)
   // Only where it is set: the alert compares the two.
   if (maxStalenessMs !== undefined) {
-    new Gauge({
-      name: 'directory_data_max_staleness_seconds',
-      help: 'MAX_STALENESS_MS in seconds: past it without the data confirmed current, keyed requests are refused (503)',
-      registers: [registry],
-      collect () { this.set(maxStalenessMs / 1000) }
-    })
+    gauge(registry, 'directory_data_max_staleness_seconds',
+      'MAX_STALENESS_MS in seconds: past it without the data confirmed current, keyed requests are refused (503)',
+      () => maxStalenessMs / 1000)
   }
   new Gauge({
     name: 'directory_snapshot_info',
@@ -272,24 +274,13 @@ function snapshotMetrics (registry: Registry, snapshots: Snapshots, maxStaleness
       this.set({ source, fingerprint }, 1)
     }
   })
-  new Gauge({
-    name: 'directory_snapshot_version',
-    help: 'The version of the snapshot served: 1 at start, one more for each change installed',
-    registers: [registry],
-    collect () { this.set(snapshots.info().version) }
-  })
-  new Gauge({
-    name: 'directory_snapshot_installed_timestamp_seconds',
-    help: 'When the snapshot served was installed, in seconds since the epoch',
-    registers: [registry],
-    collect () { this.set(snapshots.info().installedAt / 1000) }
-  })
-  new Gauge({
-    name: 'directory_source_up',
-    help: 'Whether changes of the source are followed (the PostgreSQL connection is up, the data folder exists): 1 or 0',
-    registers: [registry],
-    collect () { this.set(snapshots.info().following ? 1 : 0) }
-  })
+  gauge(registry, 'directory_snapshot_version', 'The version of the snapshot served: 1 at start, one more for each change installed',
+    () => snapshots.info().version)
+  gauge(registry, 'directory_snapshot_installed_timestamp_seconds', 'When the snapshot served was installed, in seconds since the epoch',
+    () => snapshots.info().installedAt / 1000)
+  gauge(registry, 'directory_source_up',
+    'Whether changes of the source are followed (the PostgreSQL connection is up, the data folder exists): 1 or 0',
+    () => snapshots.info().following ? 1 : 0)
   new Gauge({
     name: 'directory_records',
     help: 'Records of each kind in the snapshot served (members: of all organizations)',
@@ -312,56 +303,32 @@ function snapshotMetrics (registry: Registry, snapshots: Snapshots, maxStaleness
       }
     }
   })
-  new Counter({
-    name: 'directory_source_read_failures_total',
-    help: 'Reads of changes that failed since start (the source, not the data: a connection cut, a timeout); each is tried again, from the same position',
-    registers: [registry],
-    collect () {
-      this.reset()
-      this.inc(snapshots.info().readFailures)
-    }
-  })
+  counter(registry, 'directory_source_read_failures_total',
+    'Reads of changes that failed since start (the source, not the data: a connection cut, a timeout); each is tried again, from the same position',
+    () => snapshots.info().readFailures)
   // No sample rather than a 0 that would read as a horizon.
   const HORIZON_HELP = 'PostgreSQL: the transaction horizon of the snapshot served (the xmax of the database snapshot it was read at, a 64-bit transaction id), comparable between replicas of one database; absent with files'
-  gaugeOrAbsent('directory_source_horizon', HORIZON_HELP, () => snapshots.info().horizon)
+  gauge(registry, 'directory_source_horizon', HORIZON_HELP, () => snapshots.info().horizon)
   // Its name in 1.0, kept until 2.0 (a removed metric breaks the dashboards and alerts built on it).
-  gaugeOrAbsent('directory_source_position', `Deprecated: renamed directory_source_horizon, removed in 2.0. ${HORIZON_HELP}`, () => snapshots.info().horizon)
-  new Gauge({
-    name: 'directory_source_lag_entries',
-    help: 'Entries of the change log committed and not yet installed by this replica, as of the scrape: 0 when caught up or unknown',
-    registers: [registry],
-    collect () { this.set(snapshots.info().lag.entries) }
-  })
-  new Gauge({
-    name: 'directory_source_lag_seconds',
-    help: 'Age in seconds of the oldest entry of the change log this replica has not installed yet, as of the scrape: 0 when caught up or unknown',
-    registers: [registry],
-    collect () { this.set(snapshots.info().lag.seconds) }
-  })
-  gaugeOrAbsent('directory_source_replay_lag_seconds',
+  gauge(registry, 'directory_source_position', `Deprecated: renamed directory_source_horizon, removed in 2.0. ${HORIZON_HELP}`, () => snapshots.info().horizon)
+  gauge(registry, 'directory_source_lag_entries',
+    'Entries of the change log committed and not yet installed by this replica, as of the scrape: 0 when caught up or unknown',
+    () => snapshots.info().lag.entries)
+  gauge(registry, 'directory_source_lag_seconds',
+    'Age in seconds of the oldest entry of the change log this replica has not installed yet, as of the scrape: 0 when caught up or unknown',
+    () => snapshots.info().lag.seconds)
+  gauge(registry, 'directory_source_replay_lag_seconds',
     'PostgreSQL: how far the database read is behind its primary, as last read (a hot standby\'s replay lag, counted against MAX_STALENESS_MS); 0 on a primary; absent with files or when it cannot be told',
     () => snapshots.info().replayLagSeconds)
-  new Gauge({
-    name: 'directory_source_clock_offset_seconds',
-    help: 'PostgreSQL: the database\'s clock minus this replica\'s, as last measured; keys expire on the database\'s time; 0 with files',
-    registers: [registry],
-    collect () { this.set(snapshots.info().clockOffsetSeconds) }
-  })
-  new Gauge({
-    name: 'directory_source_oldest_transaction_seconds',
-    help: 'PostgreSQL: how long the oldest transaction in progress has been seen open by this replica (it holds the change log\'s cut back: idle_in_transaction_session_timeout ends it); 0 when none',
-    registers: [registry],
-    collect () { this.set(snapshots.info().oldestOpenSeconds) }
-  })
-  new Counter({
-    name: 'directory_source_relists_total',
-    help: 'Times every kind was read whole since start because the changes since the position could not be told: a failover, a restore, another database, a trimmed log',
-    registers: [registry],
-    collect () {
-      this.reset()
-      this.inc(snapshots.info().relists)
-    }
-  })
+  gauge(registry, 'directory_source_clock_offset_seconds',
+    'PostgreSQL: the database\'s clock minus this replica\'s, as last measured; keys expire on the database\'s time; 0 with files',
+    () => snapshots.info().clockOffsetSeconds)
+  gauge(registry, 'directory_source_oldest_transaction_seconds',
+    'PostgreSQL: how long the oldest transaction in progress has been seen open by this replica (it holds the change log\'s cut back: idle_in_transaction_session_timeout ends it); 0 when none',
+    () => snapshots.info().oldestOpenSeconds)
+  counter(registry, 'directory_source_relists_total',
+    'Times every kind was read whole since start because the changes since the position could not be told: a failover, a restore, another database, a trimmed log',
+    () => snapshots.info().relists)
   new Gauge({
     name: 'directory_source_mode',
     help: 'How changes of the source are followed: notify (PostgreSQL, woken by NOTIFY), poll (PostgreSQL, the log read every POLL_INTERVAL_MS), watch (files); 1 for the mode in use, the only series',

@@ -40,16 +40,16 @@ function checkHeaders (request: FastifyRequest): Error | undefined {
   return undefined
 }
 
-/**
- * Fastify parses (and bounds, with `bodyLimit`) the body of every method but GET and HEAD, whose
- * body it leaves alone: Node.js would then read it to the end after the answer, however long.
- * Read it here under the same bound, and drop it.
- */
 /** The request says a body follows: chunked, or a length that is not zero. */
 export function announcesBody (headers: IncomingHttpHeaders): boolean {
   return headers['transfer-encoding'] !== undefined || (headers['content-length'] ?? '0') !== '0'
 }
 
+/**
+ * Fastify parses (and bounds, with `bodyLimit`) the body of every method but GET and HEAD, whose
+ * body it leaves alone: Node.js would then read it to the end after the answer, however long.
+ * Read it here under the same bound, and drop it.
+ */
 function readBodyOfGet (request: FastifyRequest, limit: number, done: (err?: Error) => void) {
   const { headers, raw } = request
   if (!announcesBody(headers)) return done()

@@ -1,19 +1,18 @@
 import { isUtf8 } from 'node:buffer'
 import { open, rename, rm, type FileHandle } from 'node:fs/promises'
-import { JsonChecker, UTF8_BOM } from './json-syntax.js'
+import { JsonChecker, bomLength, isSpace } from './json-syntax.js'
 import { openDataFile } from './json-file.js'
 
 /**
- * Read 64 KiB at a time: each read's whole elements are one JSON.parse, the parser V8 has natively
- * (some 350 keys at once). Larger reads made larger garbage, collected later: reading a million keys
- * took 216 MB of RSS in reads of a MiB, 74 MB in these, and less time.
+ * Read 64 KiB at a time: each read's whole elements are one JSON.parse, the parser V8 has natively.
+ * Larger reads made larger garbage, collected later (docs/performance.md, "Reading and checking JSON files").
  */
 const CHUNK_BYTES = 64 * 1024
 
 /**
- * The largest element read: an organization of 100,000 members takes some 25 MB, written as export
- * writes it. A larger one would be held whole before it is parsed (a value of 600 MB runs into V8's
- * longest string), so it is refused, naming the element, before it is.
+ * The largest element read, with room for the largest organization (docs/postgresql.md, "Export and
+ * import at gateway scale"). A larger one would be held whole before it is parsed (and a value of some
+ * hundreds of MB runs into V8's longest string), so it is refused, naming the element, before it is.
  */
 export const MAX_ELEMENT_BYTES = 64 * 1024 * 1024
 
@@ -32,8 +31,6 @@ const NEXT_VALUE = 2
 const IN_ELEMENT = 3
 const AFTER_ELEMENT = 4
 const CLOSED = 5
-
-const isSpace = (c: number) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09
 
 /**
  * Cuts the bytes of a top-level JSON array into its elements, a chunk at a time: it follows strings
@@ -61,7 +58,7 @@ class ArraySplitter {
   write (bytes: Buffer, first: boolean) {
     this.firstStart = this.firstEnd = this.lastEnd = this.openStart = -1
     const n = bytes.length
-    let i = first && UTF8_BOM.every((byte, k) => bytes[k] === byte) ? UTF8_BOM.length : 0
+    let i = first ? bomLength(bytes) : 0
     while (i < n && !this.failed) {
       const c = bytes[i]!
       if (this.state === IN_ELEMENT) {
@@ -213,7 +210,7 @@ async function refusal (handle: FileHandle, label: string, notArray: boolean): P
   for (let position = 0; ;) {
     const { bytesRead } = await handle.read(chunk, 0, CHUNK_BYTES, position)
     if (bytesRead === 0) break
-    if (position === 0) first = chunk[chunk.subarray(0, bytesRead).findIndex((byte, i) => !isSpace(byte) && !(i < 3 && byte === UTF8_BOM[i]))]
+    if (position === 0) first = chunk.subarray(bomLength(chunk), bytesRead).find((byte) => !isSpace(byte))
     position += bytesRead
     if (!checker.write(chunk.subarray(0, bytesRead))) break
   }
@@ -222,8 +219,7 @@ async function refusal (handle: FileHandle, label: string, notArray: boolean): P
   // Valid JSON, no array. An object is named, never shown; a scalar (a string, at most) is read whole.
   if (first === 0x7b) return new NotAnArray({})
   const { buffer } = await handle.read({ buffer: Buffer.alloc((await handle.stat()).size), position: 0 })
-  const bom = UTF8_BOM.every((byte, i) => buffer[i] === byte) ? UTF8_BOM.length : 0
-  return new NotAnArray(JSON.parse(buffer.toString('utf8', bom)))
+  return new NotAnArray(JSON.parse(buffer.toString('utf8', bomLength(buffer))))
 }
 
 /** What a writer gathers before it writes: a write a MiB, each awaited, so that the file is the only buffer. */
@@ -244,7 +240,6 @@ export class JsonArrayWriter {
     return new JsonArrayWriter(path, await open(`${path}.tmp`, 'w'))
   }
 
-  /** Adds an element. */
   async write (element: unknown) {
     // JSON.stringify of an element in an array of indent 2: its own text, every line indented once more
     // (a string holds no raw line break: JSON escapes it).

@@ -1,13 +1,13 @@
 import { constants } from 'node:fs'
 import { open, rename, writeFile, type FileHandle } from 'node:fs/promises'
 import { isUtf8 } from 'node:buffer'
-import { JsonChecker, UTF8_BOM } from './json-syntax.js'
+import { JsonChecker, bomLength } from './json-syntax.js'
 import { createSlicer } from './slices.js'
 
 /**
  * The largest data file read. Files are for local work, CI and data a ConfigMap or a Secret holds:
- * at this size JSON.parse holds the event loop some 25 ms (docs/data.md), within the budget of a
- * reload. Larger data belongs in PostgreSQL, which is read a batch at a time.
+ * at this size JSON.parse holds the event loop within the budget of a reload (docs/data.md). Larger
+ * data belongs in PostgreSQL, which is read a batch at a time.
  */
 export const MAX_FILE_BYTES = 8 * 1024 * 1024
 
@@ -41,16 +41,15 @@ export async function readJsonFile (path: string, label: string): Promise<unknow
   } finally {
     await handle.close()
   }
-  const bom = UTF8_BOM.every((byte, i) => bytes[i] === byte) ? UTF8_BOM.length : 0
   if (isUtf8(bytes)) {
     try {
-      return JSON.parse(bytes.toString('utf8', bom))
+      return JSON.parse(bytes.toString('utf8', bomLength(bytes)))
     } catch {
       // Located below.
     }
   }
-  // A MiB at a time, with a turn of the event loop between: the checker walks every byte, and a file
-  // at the limit would hold requests for some 100 ms (BENCHMARKS.md, "Data files refused").
+  // A MiB at a time, with a turn of the event loop between: the checker walks every byte, and would
+  // hold requests for the whole of a file at the limit (BENCHMARKS.md, "Data files refused").
   const checker = new JsonChecker()
   const slicer = createSlicer()
   for (let at = 0; at < bytes.length && checker.write(bytes.subarray(at, at + CHECK_WINDOW_BYTES)); at += CHECK_WINDOW_BYTES) {

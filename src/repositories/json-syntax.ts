@@ -4,7 +4,10 @@
  */
 export const MAX_DEPTH = 64
 
-export const UTF8_BOM = [0xef, 0xbb, 0xbf]
+const UTF8_BOM = [0xef, 0xbb, 0xbf]
+
+/** The length of the byte order mark `bytes` start with: 0 or 3. */
+export const bomLength = (bytes: Uint8Array) => UTF8_BOM.every((byte, i) => bytes[i] === byte) ? UTF8_BOM.length : 0
 
 // What the checker expects next.
 const VALUE = 0
@@ -40,7 +43,7 @@ const NAME_BYTES = 32
 const PATH_LEVELS = 4
 
 const isDigit = (c: number) => c >= 0x30 && c <= 0x39
-const isSpace = (c: number) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09
+export const isSpace = (c: number) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09
 const isHex = (c: number) => isDigit(c) || (c >= 0x61 && c <= 0x66) || (c >= 0x41 && c <= 0x46)
 
 /**
@@ -52,8 +55,8 @@ const isHex = (c: number) => isDigit(c) || (c >= 0x61 && c <= 0x66) || (c >= 0x4
  * `not valid JSON at line 3, column 14 ([2].slug): expected ',' or '}'`, where the path names the
  * record and the field the scan was in (at most PATH_LEVELS levels, names cut to NAME_BYTES). A
  * column counts characters, as editors do, from the start of the line (after a byte order mark).
- * Not jsonc-parser: it takes the text as one string (no file past 512 MiB), recurses (5,000 levels
- * overflow the stack) and holds the event loop 0.5 to 1 s on 8 MiB, where this yields between MiBs.
+ * Not jsonc-parser, which takes the text as one string and recurses: docs/performance.md, "Reading and
+ * checking JSON files".
  */
 export class JsonChecker {
   /** What is wrong, once found. */
@@ -93,7 +96,7 @@ export class JsonChecker {
   write (bytes: Uint8Array): boolean {
     let i = 0
     // The first chunk holds the first three bytes, or is the whole text.
-    if (this.offset === 0 && UTF8_BOM.every((byte, k) => bytes[k] === byte)) this.lineStart = i = UTF8_BOM.length
+    if (this.offset === 0) this.lineStart = i = bomLength(bytes)
     this.nameFrom = 0
     for (const n = bytes.length; i < n && this.fault === undefined;) {
       const c = bytes[i]!
@@ -266,7 +269,6 @@ export class JsonChecker {
     this.inName = true
     this.nameFrom = from
     this.nameLength = 0
-    this.nameLengths[this.depth - 1] = -1
   }
 
   private close () {

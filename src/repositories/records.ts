@@ -6,6 +6,7 @@ import { MemberSchema, type Member } from '../schemas/member.js'
 import { MAX_MEMBERS, MemberList } from './member-list.js'
 import { DataError } from './data-error.js'
 import { isApiKey } from './key-table.js'
+import type { RecordCounts } from './snapshot.js'
 
 export { DataError }
 
@@ -157,7 +158,7 @@ export function duplicateProblem (field: string, value: string, index: number, f
 }
 
 /** `3 providers, 2 endpoints, 2 organizations with 253 members, 4 keys`: what a command says it read or wrote. */
-export function describeCounts (counts: { [kind in RecordKind | 'members']: number }): string {
+export function describeCounts (counts: RecordCounts): string {
   return RECORD_KINDS.map((kind) => KINDS[kind].index === 'organizations'
     ? `${counts[kind]} ${kind} with ${counts.members} members`
     : `${counts[kind]} ${kind}`).join(', ')
@@ -182,7 +183,7 @@ export function orphanKeys (data: DirectoryData): string[] {
 }
 
 /** Records of each kind; `members` counts all organizations' members. */
-export function countRecords (data: DirectoryData): { [kind in RecordKind | 'members']: number } {
+export function countRecords (data: DirectoryData): RecordCounts {
   return {
     ...Object.fromEntries(RECORD_KINDS.map((kind) => [kind, data[kind].length])) as { [kind in RecordKind]: number },
     members: data.organizations.reduce((sum, organization) => sum + organization.members.length, 0)

@@ -5,10 +5,10 @@ import { KeyTable } from './key-table.js'
 /** Every record of a kind: keys may come as a KeyTable, built as they were read. */
 export type Whole<K extends RecordKind> = K extends 'keys' ? ReadonlyArray<Loaded<K>> | KeyTable : ReadonlyArray<Loaded<K>>
 
-/** A wait after `failures` failures in a row (a read, a reconnection): 100 ms, then twice as long each time, up to `maxMs`. */
-export function backoff (failures: number, maxMs = 5000): number {
+/** A wait after `failures` failures in a row (a read, a reconnection): 100 ms, then twice as long each time, up to 5 s. */
+export function backoff (failures: number): number {
   // Jitter, so that replicas that lost the same server do not come back in lockstep.
-  return Math.min(100 * 2 ** failures, maxMs) * (0.5 + Math.random() / 2)
+  return Math.min(100 * 2 ** failures, 5000) * (0.5 + Math.random() / 2)
 }
 
 /** What the source reads of one kind: every record, or those of these keys. */

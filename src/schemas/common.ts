@@ -67,10 +67,6 @@ export const NotModifiedResponse = Type.Null({
   description: 'Not Modified: the answer is unchanged since the ETag given in If-None-Match; no body'
 })
 
-/** 401 on every operation; the example shows one of the three messages. */
-const UnauthorizedResponse = (exampleMessage: string) =>
-  ErrorResponse(401, 'The Authorization header is missing, malformed, or carries an unknown or expired key', exampleMessage)
-
 /** 429 on every operation, with OpenRouter's body; `Retry-After` says in how many seconds to try again. */
 const TooManyRequestsResponse = Type.Unsafe<ErrorBody>({
   allOf: [Type.Ref(ERROR_SCHEMA_ID)],
@@ -80,13 +76,6 @@ const TooManyRequestsResponse = Type.Unsafe<ErrorBody>({
   examples: [{ error: { code: 429, message: 'Rate limit exceeded', metadata: { error_type: 'rate_limit_exceeded' } } }]
 })
 
-/** 500 on every operation. */
-const InternalErrorResponse = ErrorResponse(500, 'Unexpected server error', 'Internal Server Error')
-
-const StaleDataResponse = ErrorResponse(503, 'The server could not confirm its keys as current for longer than its bound ' +
-  '(MAX_STALENESS_MS, off unless set): it refuses every keyed request until it has caught up. Retry-After gives the seconds to wait.',
-'The data served cannot be confirmed current; try again later')
-
 /** Why any operation may answer 400, whatever its parameters. */
 const MALFORMED_HEADERS = 'a repeated Host or Authorization header, or no Host header in HTTP/1.1'
 
@@ -94,19 +83,18 @@ const MALFORMED_HEADERS = 'a repeated Host or Authorization header, or no Host h
 export const BadRequestResponse = (exampleMessage: string, also?: string) =>
   ErrorResponse(400, `The request is malformed: ${also ? `${also}; or ` : ''}${MALFORMED_HEADERS}`, exampleMessage)
 
-/** 413 on every operation: none takes a body, and a large one is not read (app.ts, BODY_LIMIT_BYTES). */
-const PayloadTooLargeResponse = ErrorResponse(413, 'The request carries a body of more than 1 KiB; no operation takes a body', 'Request body is too large')
-
-/** 417 on every operation: an `Expect` other than 100-continue, which Node.js would refuse without a body. */
-const ExpectationFailedResponse = ErrorResponse(417, 'The request carries an Expect header other than 100-continue', "Expectation Failed: 'Expect: 200-ok' is not supported; only 100-continue is")
-
 /** The error answers every operation of /v1 may give, whatever it does; an operation documents its own beside them. */
 export const SharedErrorResponses = {
   400: BadRequestResponse('The Authorization header is sent more than once'),
-  401: UnauthorizedResponse('Missing Authentication header: send Authorization: Bearer <key>'),
-  413: PayloadTooLargeResponse,
-  417: ExpectationFailedResponse,
+  // The example shows one of the three messages.
+  401: ErrorResponse(401, 'The Authorization header is missing, malformed, or carries an unknown or expired key', 'Missing Authentication header: send Authorization: Bearer <key>'),
+  // None takes a body, and a large one is not read (app.ts, BODY_LIMIT_BYTES).
+  413: ErrorResponse(413, 'The request carries a body of more than 1 KiB; no operation takes a body', 'Request body is too large'),
+  // Node.js would refuse an Expect other than 100-continue without a body.
+  417: ErrorResponse(417, 'The request carries an Expect header other than 100-continue', "Expectation Failed: 'Expect: 200-ok' is not supported; only 100-continue is"),
   429: TooManyRequestsResponse,
-  500: InternalErrorResponse,
-  503: StaleDataResponse
+  500: ErrorResponse(500, 'Unexpected server error', 'Internal Server Error'),
+  503: ErrorResponse(503, 'The server could not confirm its keys as current for longer than its bound ' +
+    '(MAX_STALENESS_MS, off unless set): it refuses every keyed request until it has caught up. Retry-After gives the seconds to wait.',
+  'The data served cannot be confirmed current; try again later')
 }

@@ -71,7 +71,7 @@ export function describeErrors (errors: Iterable<ValueError>): string | undefine
     else if (next.value.type !== ValueErrorType.ObjectRequiredProperty) break
   }
   const field = fieldOf(error.path)
-  const written = closest(field, unknown)
+  const written = nearestOf(field, unknown)
   return written === undefined ? problem : `${problem}; the record has ${JSON.stringify(written)}, did you mean ${JSON.stringify(field)}?`
 }
 
@@ -117,28 +117,35 @@ function explain (error: ValueError): string {
  * it is a slip away (at most two edits, and fewer than a third of the name's letters).
  */
 function unknownFieldMessage (field: string, known: string[]): string {
-  const best = closest(field, known)
+  const best = nearestOf(field, known)
   return best !== undefined ? `is not a known field; did you mean "${best}"?` : 'is not a known field'
 }
 
 /** The candidate a slip away from `field`, if any: the nearest, at most two edits and fewer than a third of its letters. */
-function closest (field: string, candidates: string[]): string | undefined {
+const nearestOf = (field: string, candidates: readonly string[]) =>
+  nearest(field, candidates, (name) => name.toLowerCase(), () => Math.min(2, Math.ceil(field.length / 3)))
+
+/**
+ * The candidate nearest to `word` as `bare` spells both (case, underscores), if it is at most
+ * `maxEdits(candidate)` edits away (editDistance).
+ */
+export function nearest (word: string, candidates: readonly string[], bare: (name: string) => string, maxEdits: (candidate: string) => number): string | undefined {
   let best: string | undefined
   let bestDistance = Infinity
   for (const candidate of candidates) {
     // Further apart than a slip whatever their letters: not worth a comparison of every letter with every other.
-    if (Math.abs(candidate.length - field.length) > 2) continue
-    const distance = editDistance(field.toLowerCase(), candidate.toLowerCase())
+    if (Math.abs(bare(candidate).length - bare(word).length) > 2) continue
+    const distance = editDistance(bare(word), bare(candidate))
     if (distance < bestDistance) [best, bestDistance] = [candidate, distance]
   }
-  return best !== undefined && bestDistance <= Math.min(2, Math.ceil(field.length / 3)) ? best : undefined
+  return best !== undefined && bestDistance <= maxEdits(best) ? best : undefined
 }
 
 /**
  * Edits from `a` to `b`: insertions, deletions, substitutions, and two neighbours swapped (`PROT` for
  * `PORT`), which a typist makes as one slip, not two (the optimal string alignment distance).
  */
-export function editDistance (a: string, b: string): number {
+function editDistance (a: string, b: string): number {
   let before: number[] = []
   let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
   for (let i = 1; i <= a.length; i++) {

@@ -6,7 +6,7 @@ import { timestampMs, timestampText } from '../../schemas/formats.js'
 import type { Member } from '../../schemas/member.js'
 import { MAX_MEMBERS } from '../member-list.js'
 import { copyRows } from './copy-rows.js'
-import { checkSchema, namingColumn } from './postgres-schema.js'
+import { checkSchema, inTransaction, namingColumn } from './postgres-schema.js'
 import { DOCUMENT_MAX_BYTES, KEY_SELECT, keyOfRow, MEMBER_FIELDS, MEMBER_ROWS, NAME_CHARS, ORGANIZATION_COLUMNS, overProblem, rowMessage, unread } from './postgres.js'
 
 /** Where `npm run db -- export` puts what it reads. */
@@ -38,8 +38,8 @@ const KEY_ORDER = `CASE WHEN octet_length(name) = char_length(name) THEN name EL
 export async function exportDirectory (client: pg.ClientBase, sink: ExportSink) {
   // No statement timeout, whatever the role's or the database's, as for a replica's reads: a COPY
   // lasts as long as its rows take to be written out.
-  await client.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = 0; SET LOCAL TimeZone = 'UTC'")
-  try {
+  const begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = 0; SET LOCAL TimeZone = 'UTC'"
+  await inTransaction(client, async () => {
     await checkSchema(client)
     for (const kind of RECORD_KINDS) {
       switch (KINDS[kind].index) {
@@ -48,11 +48,7 @@ export async function exportDirectory (client: pg.ClientBase, sink: ExportSink) 
         case 'keys': await exportKeys(client, sink); break
       }
     }
-    await client.query('COMMIT')
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => {})
-    throw error
-  }
+  }, begin)
 }
 
 /** A list's documents, each checked as a replica checks it (postgres.ts, readList), none past its bound fetched. */

@@ -66,6 +66,19 @@ export async function writeMigration (name: string, sql: string) {
   return path
 }
 
+/** Runs `work` in a transaction begun with `begin`: committed when it returns, rolled back when it throws. */
+export async function inTransaction<T> (client: pg.ClientBase, work: () => Promise<T>, begin = 'BEGIN'): Promise<T> {
+  await client.query(begin)
+  try {
+    const result = await work()
+    await client.query('COMMIT')
+    return result
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {})
+    throw error
+  }
+}
+
 // Any constant both sides agree on: it names "the migration lock" among advisory locks.
 const MIGRATION_LOCK = 7_208_114_231
 
@@ -79,9 +92,7 @@ const MIGRATION_LOCK = 7_208_114_231
 export async function migrate (client: pg.ClientBase, target = SCHEMA_VERSION): Promise<number[]> {
   await refuseStandby(client, 'migrate')
   const migrations = await readMigrations()
-  let pending: typeof migrations = []
-  await client.query('BEGIN')
-  try {
+  const pending = await inTransaction(client, async () => {
     await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK])
     await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
       version integer PRIMARY KEY,
@@ -107,16 +118,13 @@ export async function migrate (client: pg.ClientBase, target = SCHEMA_VERSION): 
       }
     }
     const applied = new Set(rows.map((row) => row.version))
-    pending = migrations.filter((migration) => !applied.has(migration.version) && migration.version <= target)
-    for (const migration of pending) {
+    const missing = migrations.filter((migration) => !applied.has(migration.version) && migration.version <= target)
+    for (const migration of missing) {
       await client.query(migration.sql)
       await client.query('INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)', [migration.version, migration.name, migration.checksum])
     }
-    await client.query('COMMIT')
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => {})
-    throw error
-  }
+    return missing
+  })
   if (target >= 7) await validateChecks(client)
   // A kind registered without a migration that makes its table: said by migrate too, not only at start.
   if (target === SCHEMA_VERSION) await checkSchema(client)
@@ -125,9 +133,9 @@ export async function migrate (client: pg.ClientBase, target = SCHEMA_VERSION): 
 
 /**
  * Validates the checks made from the schemas that are not yet, each in a transaction of its own,
- * after the migration's: VALIDATE reads every row (some 0.1 s for the kind and 0.7 s for the hash at
- * a million keys), under a lock that lets reads and writes go on, where the migration's ALTER TABLE
- * holds every reader of the table until it commits. Rows already there that break a check (a key
+ * after the migration's: VALIDATE reads every row (docs/postgresql.md says how long), under a lock
+ * that lets reads and writes go on, where the migration's ALTER TABLE holds every reader of the table
+ * until it commits. Rows already there that break a check (a key
  * "disabled" by hand) leave it NOT VALID, and a warning says how many there are: the replicas do not
  * serve them, new writes are checked all the same, and the next migrate validates it once they are
  * fixed. Never the cause of a failed migration, whose transaction would undo everything.
@@ -149,23 +157,13 @@ $$`)
 
 /**
  * The columns every list kind's table has, whatever its kind, as a replica reads them (readList in
- * postgres.ts) and `npm run db -- export` does:
- * - `id`: the row's identity, which breaks ties in the list's order and names a row in messages where
- *   nothing else does: a bigint identity column, or, for a kind whose unique field is `id` (OpenRouter's
- *   models are keyed by it), that field's generated column itself, text, the primary key. A column of
- *   the table's own of that name would clash with the field's.
- * - `position`: the record's place in the list, which is read `ORDER BY position, id`.
- * - `document`: the record, the JSON document a file holds (json keeps its text, its fields in their order).
- * - `document_bytes`: the document's size in bytes, generated as it is written (stored): a replica leaves
- *   a document past its bound unread. json keeps no length apart from its text, and
- *   octet_length(document::text) would read and copy the whole document at every read; a stored column
- *   costs that once, to its writer.
- * Each other field the registry says is unique is a generated text column (`document ->> 'slug'`),
- * unique: an operator changes a record with one statement (`UPDATE providers SET document = '{...}'
- * WHERE slug = 'openai'`). A unique field named `position`, `document` or `document_bytes` would clash
- * with a column above, and the registry holds none (test/kinds.test.ts). A statement that writes the
- * table notifies the replicas (its trigger), which read the list again. A new kind's table is made by
- * a migration of its own, holding what listTableSql makes of its registry entry.
+ * postgres.ts) and `npm run db -- export` does. What each is for, and why `id` is the unique field's own
+ * column for a kind keyed by `id`, is docs/postgresql.md's ("Every list kind's table has the same
+ * shape"). `document_bytes` is stored, computed once by its writer: json keeps no length apart from its
+ * text, and octet_length(document::text) would read and copy the whole document at every read. Each
+ * other unique field of the registry's entry is a generated text column, unique, by which an operator
+ * changes a record with one statement. A new kind's table is made by a migration of its own, holding
+ * what listTableSql makes of its registry entry.
  */
 export const LIST_COLUMNS: readonly string[] = ['id', 'position', 'document', 'document_bytes']
 
@@ -271,7 +269,7 @@ export const RETENTION_MS = 24 * 60 * 60 * 1000
  * transaction removed: a replica whose position had not seen it reads every table again. Then
  * VACUUM, so that the space is reused and the log stays the size of its retention.
  */
-export async function trimChanges (client: pg.ClientBase, olderThanMs = RETENTION_MS): Promise<number> {
+export async function trimChanges (client: pg.ClientBase, olderThanMs: number): Promise<number> {
   await refuseStandby(client, 'trim')
   await checkSchema(client)
   const { rows: [row] } = await client.query<{ removed: string }>(`WITH gone AS (

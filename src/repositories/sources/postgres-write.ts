@@ -1,10 +1,9 @@
 import type pg from 'pg'
 import { type DirectoryData, type Loaded, type Records } from '../records.js'
-import { KINDS, RECORD_KINDS, type RecordKind } from '../../registry.js'
+import { KINDS, LIST_KINDS, RECORD_KINDS, type RecordKind } from '../../registry.js'
 import type { ApiKey } from '../../schemas/keys-and-organizations.js'
-import { checkSchema } from './postgres-schema.js'
+import { checkSchema, inTransaction } from './postgres-schema.js'
 import { KEY_SELECT, keyOfRow } from './postgres.js'
-import { LIST_KINDS } from '../../registry.js'
 
 /**
  * Rows per INSERT: a million members go in 50 statements, each a JSON array PostgreSQL turns into
@@ -51,8 +50,7 @@ export async function replaceDirectory (client: pg.ClientBase, data: DirectoryDa
     const records = data[kind]
     return [kind, Array.isArray(records) ? [records] : records]
   })) as unknown as DirectoryBatches
-  await client.query('BEGIN')
-  try {
+  await inTransaction(client, async () => {
     await checkSchema(client)
     // The keys' history says these changes came of an import (key_history_record).
     await client.query("SET LOCAL directory.key_reason = 'import'")
@@ -75,11 +73,7 @@ export async function replaceDirectory (client: pg.ClientBase, data: DirectoryDa
       for (const key of records) if (keys.push(keyRow(key))) await keys.flush()
     }
     await keys.flush()
-    await client.query('COMMIT')
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => {})
-    throw error
-  }
+  })
   // Statistics now, not when autovacuum comes by: the replicas' reads of the members of one
   // organization are then index scans in page order, not a sort of the whole table.
   await client.query(`ANALYZE ${[...LIST_KINDS.map((kind) => KINDS[kind].table), 'organizations', 'members', 'keys'].join(', ')}`)
@@ -155,17 +149,10 @@ export async function organizationExists (client: pg.ClientBase, id: string) {
   return rowCount === 1
 }
 
-/** Runs `work` in a transaction: committed when it returns, rolled back when it throws. */
-async function inTransaction<T> (client: pg.ClientBase, work: () => Promise<T>): Promise<T> {
-  await client.query('BEGIN')
-  try {
-    const result = await work()
-    await client.query('COMMIT')
-    return result
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => {})
-    throw error
-  }
+/** The database's now(), in ms since the epoch: the clock the replicas judge expiries by. */
+export async function databaseNow (client: pg.ClientBase): Promise<number> {
+  const { rows: [clock] } = await client.query<{ now: string }>('SELECT extract(epoch FROM now()) * 1000 AS now')
+  return Number(clock!.now)
 }
 
 /**
@@ -183,8 +170,7 @@ export async function updateKey (client: pg.ClientBase, name: string, change: (k
     })
     if (rows[0] === undefined) return undefined
     const before = keyOfRow(rows[0]).key
-    const { rows: [clock] } = await client.query<{ now: string }>('SELECT extract(epoch FROM now()) * 1000 AS now')
-    const after = change(before, Number(clock!.now))
+    const after = change(before, await databaseNow(client))
     // A change to what the key holds already (a second disable) writes nothing: no entry, no replica woken.
     if (JSON.stringify(keyRow(after)) === JSON.stringify(keyRow(before))) return { before, after }
     await client.query(`UPDATE keys SET (${KEY_ROW_COLUMNS.join(', ')}) = ROW(${KEY_ROW_PARAMETERS}) WHERE name = $${KEY_ROW_COLUMNS.length + 1}`, [...Object.values(keyRow(after)), name])
