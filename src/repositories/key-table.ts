@@ -4,6 +4,7 @@ import { KEY_KINDS, RATE_LIMIT_MAX, type ApiKey } from '../schemas/keys-and-orga
 import { IDENTIFIER_MAX } from '../schemas/common.js'
 import { timestampMs, timestampText } from '../schemas/formats.js'
 import { DataError } from './data-error.js'
+import { createSlicer } from './slices.js'
 
 /** A SHA-256 is 8 words of 32 bits. */
 const SHA_WORDS = 8
@@ -336,7 +337,7 @@ export class KeyTable {
   static of (keys: Iterable<ApiKey>, where: string): KeyTable {
     const builder = new KeyTableBuilder(where)
     for (const key of keys) builder.add(key)
-    return builder.finish()
+    return builder.finishAtOnce()
   }
 
   nameOf (row: number): string {
@@ -453,7 +454,13 @@ export class KeyTable {
   }
 }
 
-/** Builds a KeyTable a key at a time; a name or a SHA-256 met twice is a DataError naming both rows. */
+/**
+ * Builds a KeyTable a key at a time; a name or a SHA-256 met twice is a DataError naming both rows,
+ * thrown by finish. The indexes are built there, once the rows are counted, with as many slots as
+ * they need: built as the rows came, they were built again, in one step, each time the rows
+ * outgrew the room and once more at the end where fewer came than room was made for (a million
+ * keys read after PostgreSQL's estimate had fallen short held the event loop 0.4 to 0.6 s).
+ */
 export class KeyTableBuilder {
   private size = 0
   private sum = 0
@@ -484,8 +491,9 @@ export class KeyTableBuilder {
   private organizationEntryCount = 0
   private organizationBytes = Buffer.allocUnsafeSlow(16 * 1024)
   private organizationBytesUsed = 0
-  private nameSlots: Int32Array
-  private shaSlots: Int32Array
+  /** The indexes, built by finish. */
+  private nameSlots = new Int32Array(0)
+  private shaSlots = new Int32Array(0)
 
   /** `where` names the file or table in messages; `expected` sizes the arrays (they grow past it). */
   constructor (private readonly where: string, expected = 1024) {
@@ -501,8 +509,6 @@ export class KeyTableBuilder {
     this.expiries = new Float64Array(capacity)
     this.disabled = new Uint8Array(capacity)
     this.limits = new Uint32Array(capacity)
-    this.nameSlots = new Int32Array(slotsFor(capacity))
-    this.shaSlots = new Int32Array(slotsFor(capacity))
   }
 
   /** Adds a key, the next row (row n is record [n] in messages). */
@@ -514,7 +520,7 @@ export class KeyTableBuilder {
     const start = this.nameRoom(row, key.name.length * 3)
     // Well-formed (ApiKeySchema): UTF-8 gives back the same name.
     this.nameEnds[row] = start + this.nameBytes.write(key.name, start, 'utf8')
-    this.fill(row, key.name, nameHash(key.name), KEY_KINDS.indexOf(key.kind), this.organizationIndexOf(key.organization_id), expiryOf(key),
+    this.fill(row, nameHash(key.name), KEY_KINDS.indexOf(key.kind), this.organizationIndexOf(key.organization_id), expiryOf(key),
       key.disabled === true, key.rate_limit_per_minute ?? 0, previousOf(key))
   }
 
@@ -527,7 +533,7 @@ export class KeyTableBuilder {
     const start = this.nameRoom(next, length)
     table.nameBytes.copy(this.nameBytes, start, from, from + length)
     this.nameEnds[next] = start + length
-    this.fill(next, undefined, table.nameHashes[row]!, table.kinds[row]!, this.organizationIndexOf(table.organizationIds[table.organizations[row]!]!), table.expiries[row]!,
+    this.fill(next, table.nameHashes[row]!, table.kinds[row]!, this.organizationIndexOf(table.organizationIds[table.organizations[row]!]!), table.expiries[row]!,
       table.disabled[row] === 1, table.limits[row]!, table.previous.size === 0 ? undefined : table.previous.get(row))
   }
 
@@ -578,24 +584,45 @@ export class KeyTableBuilder {
     }
     hash = finishNameHash(hash)
     this.nameEnds[row] = start + nameLength
-    this.fill(row, undefined, hash, kind, this.organizationOfBytes(bytes, organization, organization + organizationLength, organizationHash),
+    this.fill(row, hash, kind, this.organizationOfBytes(bytes, organization, organization + organizationLength, organizationHash),
       instantOf(options?.expires_at), options?.disabled === true, options?.rate_limit_per_minute ?? 0, options === undefined ? undefined : previousOf(options))
     return true
   }
 
-  finish (): KeyTable {
+  /**
+   * Room for `rows` more rows, the columns widened a slice at a time where they lack it: a reader
+   * of rows asks before each batch, so that a batch never widens them in one step (a million keys'
+   * columns are some 60 MB to copy).
+   */
+  async makeRoom (rows: number) {
+    if (this.size + rows > this.kinds.length) await inSlices(this.resize(Math.max(this.kinds.length * 2, this.size + rows)))
+  }
+
+  /** The table, its indexes built a slice at a time; a DataError when a name or a SHA-256 is met twice. */
+  async finish (): Promise<KeyTable> {
+    await inSlices(this.finishing())
+    return this.table()
+  }
+
+  /** finish in one step, for a table built in one (KeyTable.of). */
+  finishAtOnce (): KeyTable {
+    for (const _ of this.finishing());
+    return this.table()
+  }
+
+  private * finishing (): Generator<void> {
+    // Columns sized for about the rows that came (PostgreSQL's estimate, with its headroom) are kept,
+    // as views of their first rows. Columns grown past their rows (doubled), or sized for many more
+    // (the table this one replaces was larger), are copied, not to hold the room.
+    if (this.kinds.length > this.size * 1.25) yield * this.resize(this.size)
+    yield * this.index()
+  }
+
+  private table (): KeyTable {
     const size = this.size
-    // Sized for more rows than came (the table this one replaces was larger): indexes of the right size.
-    if (slotsFor(size) * 2 <= this.nameSlots.length) this.index(slotsFor(size))
     const nameBytes = Buffer.allocUnsafeSlow(nameStart(this.nameEnds, size))
     this.nameBytes.copy(nameBytes, 0, 0, nameBytes.length)
-    // Columns sized for about the rows that came (PostgreSQL's estimate) are kept, as views of their
-    // first rows: copying a million keys' columns (some 60 MB) into arrays of the exact size held the
-    // event loop for 20 to 190 ms, the most the first time, as the new memory was touched. Columns
-    // grown past their rows (doubled) are copied, not to hold the room.
-    const copy = this.kinds.length > size * 1.25
-    const fit = <T extends Uint32Array | Uint8Array | Float64Array>(column: T, length: number): T =>
-      (copy ? column.slice(0, length) : column.subarray(0, length)) as T
+    const fit = <T extends Uint32Array | Uint8Array | Float64Array>(column: T, length: number): T => column.subarray(0, length) as T
     return new KeyTable(size, this.sum, nameBytes, fit(this.nameEnds, size), fit(this.nameHashes, size),
       fit(this.shas, size * SHA_WORDS), fit(this.kinds, size),
       fit(this.organizations, size), this.organizationIds, fit(this.expiries, size), fit(this.disabled, size),
@@ -673,32 +700,14 @@ export class KeyTableBuilder {
   }
 
   private reserve (): number {
-    if (this.size === this.kinds.length) this.grow()
+    if (this.size === this.kinds.length) for (const _ of this.resize(this.kinds.length * 2));
     return this.size
   }
 
-  /** Row `row`'s columns, its name's bytes written already (`name` is its text when at hand, for messages). */
-  private fill (row: number, name: string | undefined, hash: number, kind: number, index: number, expiry: number,
+  /** Row `row`'s columns, its name's bytes written already. */
+  private fill (row: number, hash: number, kind: number, index: number, expiry: number,
     disabled: boolean, limit: number, previous: PreviousSecret | undefined) {
-    const names = this.nameSlots
-    let mask = names.length - 1
-    let nameSlot = hash & mask
-    for (let entry = names[nameSlot]!; entry !== 0; entry = names[nameSlot]!) {
-      if (this.nameHashes[entry - 1] === hash && sameName(this.nameBytes, this.nameEnds, row, entry - 1)) {
-        this.duplicate('name', name ?? nameText(this.nameBytes, this.nameEnds, row), entry - 1)
-      }
-      nameSlot = (nameSlot + 1) & mask
-    }
-    const shas = this.shaSlots
     const at = row * SHA_WORDS
-    mask = shas.length - 1
-    let shaSlot = shaSlotHash(this.shas, at) & mask
-    for (let entry = shas[shaSlot]!; entry !== 0; entry = shas[shaSlot]!) {
-      if (this.sameSha(row, entry - 1)) this.duplicate('sha256', undefined, entry - 1)
-      shaSlot = (shaSlot + 1) & mask
-    }
-    names[nameSlot] = row + 1
-    shas[shaSlot] = row + 1
     this.nameHashes[row] = hash
     this.kinds[row] = kind
     this.organizations[row] = index
@@ -719,45 +728,66 @@ export class KeyTableBuilder {
     return true
   }
 
-  private duplicate (field: 'name' | 'sha256', value: string | undefined, first: number): never {
+  private duplicate (field: 'name' | 'sha256', value: string | undefined, row: number, first: number): never {
     // Never the hash itself: quoteValue says "the value" for it.
-    throw new DataError(`${this.where}: [${this.size}].${field}: ${quoteValue(value, field)} duplicates [${first}].${field}`)
+    throw new DataError(`${this.where}: [${row}].${field}: ${quoteValue(value, field)} duplicates [${first}].${field}`)
   }
 
-  /** Twice the room: the columns copied, the indexes built again from the rows' hashes. */
-  private grow () {
-    const capacity = this.kinds.length * 2
-    const widen = <T extends Uint32Array | Uint8Array | Float64Array>(array: T, length: number): T => {
-      const wider = new (array.constructor as new (length: number) => T)(length)
-      wider.set(array)
-      return wider
+  /** The columns copied into arrays of `capacity` rows, a slice of rows at a time. */
+  private * resize (capacity: number): Generator<void> {
+    const resized = <T extends Uint32Array | Uint8Array | Float64Array>(array: T, width: number): T =>
+      new (array.constructor as new (length: number) => T)(capacity * width)
+    const columns = [this.nameEnds, this.shas, this.kinds, this.organizations, this.nameHashes, this.expiries, this.disabled, this.limits] as const
+    const widths = [1, SHA_WORDS, 1, 1, 1, 1, 1, 1]
+    const copies = columns.map((column, i) => resized(column, widths[i]!))
+    for (let from = 0; from < this.size; from += SLICE_ROWS) {
+      const to = Math.min(this.size, from + SLICE_ROWS)
+      for (const [i, column] of columns.entries()) copies[i]!.set(column.subarray(from * widths[i]!, to * widths[i]!), from * widths[i]!)
+      yield
     }
-    this.nameEnds = widen(this.nameEnds, capacity)
-    this.shas = widen(this.shas, capacity * SHA_WORDS)
+    [this.nameEnds, this.shas, this.kinds, this.organizations, this.nameHashes, this.expiries, this.disabled, this.limits] = copies as unknown as typeof columns
     this.shaBytes = new Uint8Array(this.shas.buffer)
-    this.kinds = widen(this.kinds, capacity)
-    this.organizations = widen(this.organizations, capacity)
-    this.nameHashes = widen(this.nameHashes, capacity)
-    this.expiries = widen(this.expiries, capacity)
-    this.disabled = widen(this.disabled, capacity)
-    this.limits = widen(this.limits, capacity)
-    this.index(slotsFor(capacity))
   }
 
-  /** Both indexes built again with this many slots, from the rows' hashes. */
-  private index (slots: number) {
-    this.nameSlots = new Int32Array(slots)
-    this.shaSlots = new Int32Array(slots)
+  /**
+   * Both indexes, a slice of rows at a time, in row order: a row whose name or SHA-256 an earlier
+   * row has is the duplicate, named with that row.
+   */
+  private * index (): Generator<void> {
+    const slots = slotsFor(this.size)
+    const names = this.nameSlots = new Int32Array(slots)
+    const shas = this.shaSlots = new Int32Array(slots)
     const mask = slots - 1
-    for (let row = 0; row < this.size; row++) {
-      let slot = this.nameHashes[row]! & mask
-      while (this.nameSlots[slot] !== 0) slot = (slot + 1) & mask
-      this.nameSlots[slot] = row + 1
-      slot = shaSlotHash(this.shas, row * SHA_WORDS) & mask
-      while (this.shaSlots[slot] !== 0) slot = (slot + 1) & mask
-      this.shaSlots[slot] = row + 1
+    for (let from = 0; from < this.size; from += SLICE_ROWS) {
+      for (let row = from, to = Math.min(this.size, from + SLICE_ROWS); row < to; row++) {
+        const hash = this.nameHashes[row]!
+        let slot = hash & mask
+        for (let entry = names[slot]!; entry !== 0; entry = names[slot]!) {
+          if (this.nameHashes[entry - 1] === hash && sameName(this.nameBytes, this.nameEnds, row, entry - 1)) {
+            this.duplicate('name', nameText(this.nameBytes, this.nameEnds, row), row, entry - 1)
+          }
+          slot = (slot + 1) & mask
+        }
+        names[slot] = row + 1
+        slot = shaSlotHash(this.shas, row * SHA_WORDS) & mask
+        for (let entry = shas[slot]!; entry !== 0; entry = shas[slot]!) {
+          if (this.sameSha(row, entry - 1)) this.duplicate('sha256', undefined, row, entry - 1)
+          slot = (slot + 1) & mask
+        }
+        shas[slot] = row + 1
+      }
+      yield
     }
   }
+}
+
+/** Rows a step of resize or index takes: some milliseconds for a million keys' columns. */
+const SLICE_ROWS = 16_384
+
+/** Runs the steps, with a turn of the event loop between them once they have held it for a slice (slices.ts). */
+async function inSlices (steps: Iterable<void>) {
+  const slicer = createSlicer()
+  for (const _ of steps) if (slicer.overdue()) await slicer.pause()
 }
 
 /** The index in KEY_KINDS of the kind at bytes[start, start + length), -1 for none. */

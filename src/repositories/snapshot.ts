@@ -300,7 +300,7 @@ async function applyKeys (previous: KeyIndex | undefined, change: Change<'keys'>
       builder.add(key)
       if (slicer.due()) await slicer.pause()
     }
-    return keyIndexOf(builder.finish())
+    return keyIndexOf(await builder.finish())
   }
   if (previous === undefined) throw new Error('a change of named records needs the index it edits')
   return withKeyEdits(previous, editsTo(previous.byKey, change.upsert, change.remove, keyRules))
@@ -350,5 +350,5 @@ export async function compactIndex<K extends RecordKind> (index: Index<K>): Prom
     if (key !== undefined) builder.add(key)
     if (slicer.due()) await slicer.pause()
   }
-  return keyIndexOf(builder.finish()) as Index<K>
+  return keyIndexOf(await builder.finish()) as Index<K>
 }

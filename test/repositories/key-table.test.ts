@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { describe, expect, it } from 'vitest'
 import { Value } from '@sinclair/typebox/value'
-import { KeyTable, isApiKey } from '../../src/repositories/key-table.js'
+import { KeyTable, KeyTableBuilder, isApiKey } from '../../src/repositories/key-table.js'
 import { recordProblem } from '../../src/repositories/records.js'
 import { ApiKeySchema } from '../../src/schemas/keys-and-organizations.js'
 import { sha256 } from '../helper.js'
@@ -104,5 +104,48 @@ describe('KeyTable', () => {
     for (const key of [keys[0]!, keys[COUNT / 2]!, keys[COUNT - 1]!]) expect(table.bySha.get(key.sha256)).toEqual(key)
     expect(table.bySha.get(String(COUNT).padStart(64, '0'))).toBeUndefined()
     expect(table.bySha.get(`0f1e2d3c${randomHex(56)}`)).toBeUndefined()
+  })
+})
+
+describe('KeyTableBuilder', () => {
+  const key = (i: number) => ({ name: `key-${i}`, sha256: sha256(`k${i}`), kind: 'standard' as const, organization_id: `org_${i % 7}` })
+  const COUNT = 5000
+  /** A builder of the first COUNT keys (and `more` after them), sized for `expected`, some rows given room ahead as a reader of rows does. */
+  const built = async (expected: number, more: Array<ReturnType<typeof key>> = []) => {
+    const builder = new KeyTableBuilder('table keys', expected)
+    const all = [...Array.from({ length: COUNT }, (_, i) => key(i)), ...more]
+    for (const [i, k] of all.entries()) {
+      if (i % 1000 === 0) await builder.makeRoom(500)
+      builder.add(k)
+    }
+    return await builder.finish()
+  }
+
+  it.each([
+    ['sized for far fewer rows than came', 16],
+    ['sized for a few fewer rows than came', COUNT - 10],
+    ['sized for its rows', COUNT],
+    ['sized for far more rows than came', COUNT * 10]
+  ])('finds every key by name and by SHA-256, %s', async (_case, expected) => {
+    const table = await built(expected)
+    expect(table.size).toBe(COUNT)
+    for (let i = 0; i < COUNT; i++) {
+      expect(table.byName.get(`key-${i}`)).toEqual(key(i))
+      expect(table.bySha.get(sha256(`k${i}`))).toEqual(key(i))
+    }
+    expect(table.byName.get(`key-${COUNT}`)).toBeUndefined()
+    expect(table.bySha.get(sha256(`k${COUNT}`))).toBeUndefined()
+    expect([...table.values()]).toEqual(Array.from({ length: COUNT }, (_, i) => key(i)))
+  })
+
+  it.each([16, COUNT - 10, COUNT * 10])('refuses a name or a SHA-256 met twice, naming both rows, sized for %i rows', async (expected) => {
+    await expect(built(expected, [{ ...key(COUNT), name: 'key-10' }])).rejects.toThrow(`table keys: [${COUNT}].name: "key-10" duplicates [10].name`)
+    await expect(built(expected, [{ ...key(COUNT), sha256: sha256('k4321') }])).rejects.toThrow(`table keys: [${COUNT}].sha256: the value duplicates [4321].sha256`)
+  })
+
+  it('sums the same keys to the same fingerprint however it was sized', async () => {
+    const sums = await Promise.all([16, COUNT, COUNT * 10].map(async (expected) => (await built(expected)).sum))
+    expect(new Set(sums).size).toBe(1)
+    expect(KeyTable.of(Array.from({ length: COUNT }, (_, i) => key(i)), 'keys').sum).toBe(sums[0])
   })
 })

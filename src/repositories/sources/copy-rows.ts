@@ -18,6 +18,14 @@ export interface FieldRows {
   readonly fields: Int32Array
 }
 
+/**
+ * A chunk joined with the row cut at the end of the one before is written here when it fits, the
+ * same memory each time (a batch is valid until the next is asked for): a whole read of a million
+ * keys joined some 2,000 chunks of 64 KiB into new buffers, 140 MB of memory the garbage collector
+ * is told of and collects for.
+ */
+const JOIN_BYTES = 256 * 1024
+
 /** What COPY's binary form starts with: PGCOPY\n\377\r\n\0, then 32-bit flags and an extension's length. */
 const SIGNATURE = Buffer.from('PGCOPY\n\xff\r\n\0', 'latin1')
 const HEADER_BYTES = SIGNATURE.length + 8
@@ -40,6 +48,7 @@ class BinaryRowParser {
   private ended = false
   /** Where the fields of the rows of the last chunk are (FieldRows), grown as needed. */
   private fields = new Int32Array(4096)
+  private readonly joined = Buffer.allocUnsafeSlow(JOIN_BYTES)
 
   /** The whole rows in the bytes so far; undefined when there are none. */
   rows (chunk: Buffer): FieldRows | undefined {
@@ -48,7 +57,7 @@ class BinaryRowParser {
       this.pending.push(chunk)
       this.pendingBytes += chunk.length
       if (this.pendingBytes < this.needed) return undefined
-      bytes = Buffer.concat(this.pending, this.pendingBytes)
+      bytes = this.pendingBytes > JOIN_BYTES ? Buffer.concat(this.pending, this.pendingBytes) : this.join()
     }
     let at = 0
     if (!this.started) {
@@ -108,6 +117,17 @@ class BinaryRowParser {
       at = next
     }
     return this.keep(bytes, at, count, width, needed)
+  }
+
+  /**
+   * The pending chunks, one after the other, in `joined`. The first may be the end of `joined`
+   * itself (a row begun in the chunk joined last): it is copied first, to the start, and copy
+   * moves a region that overlaps its target as it was.
+   */
+  private join (): Buffer {
+    let length = 0
+    for (const part of this.pending) length += part.copy(this.joined, length)
+    return this.joined.subarray(0, length)
   }
 
   /** Checks that the rows ended where COPY's binary form ends. */

@@ -39,6 +39,18 @@ describe('copyRows', () => {
     expect(rows.at(-1)![0]).toHaveLength(500_000)
   })
 
+  it('reads rows of every size around a chunk\'s, small ones between them, each as a query does', async () => {
+    // Values from a few bytes to a few hundred KiB: rows cut between chunks are joined, some within
+    // a chunk's size and some past it, and a row begun in a joined chunk is cut again.
+    await client.query('CREATE TABLE t (n int, a text)')
+    await client.query(`INSERT INTO t SELECT i, CASE WHEN i % 10 = 0 THEN repeat(chr(97 + i % 26), (i * 7919) % 400000) ELSE 'small ' || i END
+      FROM generate_series(1, 400) AS i`)
+    const query = 'SELECT n::text, a FROM t ORDER BY n'
+    const { rows, batches } = await all(query)
+    expect(batches).toBeGreaterThan(10)
+    expect(rows).toEqual((await client.query({ text: query, rowMode: 'array' })).rows)
+  })
+
   it('reads a value of 50 MB, cut into hundreds of chunks, copying it a few times at most', async () => {
     // A row is joined from its chunks once they hold it, not at every chunk: some 20 GB were copied
     // for this one value, and a whole read ran into the statement timeout.

@@ -144,6 +144,27 @@ describe('loading from PostgreSQL', () => {
     expect((await app.inject({ url: '/v1/providers', headers: bearer('k-7') })).statusCode).toBe(200)
   })
 
+  describe('reads every key whole, whatever PostgreSQL estimates of their number', () => {
+    const MANY = 30_000
+    const addMany = `INSERT INTO keys (name, sha256, kind, organization_id)
+      SELECT 'k-' || i, encode(sha256(('k-' || i)::bytea), 'hex'), 'standard', 'org_alpha' FROM generate_series(1, ${MANY}) AS i`
+    // The estimate is ANALYZE's, and the statement after it changes the rows, not the estimate.
+    it.each([
+      ['far fewer than there are', [], addMany, MANY],
+      ['far more than there are', [addMany], "DELETE FROM keys WHERE name LIKE 'k-%' AND substr(name, 3)::int > 100", 100]
+    ])('%s', async (_case, before, statement, last) => {
+      await importData(makeData())
+      for (const sql of before) await admin.query(sql)
+      await admin.query('ANALYZE keys')
+      await admin.query(statement)
+      const { rows: [row] } = await admin.query<{ count: string }>('SELECT count(*) FROM keys')
+      const { app, data } = await follow()
+      expect(data.keys).toHaveLength(Number(row!.count))
+      for (const secret of ['k-1', `k-${last}`]) expect((await app.inject({ url: '/v1/providers', headers: bearer(secret) })).statusCode).toBe(200)
+      expect((await app.inject({ url: '/v1/providers', headers: bearer(`k-${last + 1}`) })).statusCode).toBe(401)
+    })
+  })
+
   it('reads members whole from COPY\'s bytes as their rows\' texts say: texts JSON escapes, several bytes a character, NULLs, rows cut between chunks, a bad e-mail refused alone', async () => {
     await importData(makeData())
     await admin.query('ALTER TABLE members DROP CONSTRAINT IF EXISTS members_email_check')
