@@ -212,3 +212,24 @@ describe('a previous secret that is another key\'s too', () => {
     expect(ran[0], `running: ${ran[1]}; read whole: ${read[1]}`).toBe(read[0])
   })
 })
+
+describe('a key whose disabled is NULL', () => {
+  // Written where the database does not refuse it (its NOT NULL dropped, as the checks are in
+  // postgres-edges.test.ts): a data file cannot say it but as "disabled": null, which the schema refuses.
+  beforeEach(async () => {
+    await replaceDirectory(admin, makeData())
+    await admin.query('ALTER TABLE keys ALTER COLUMN disabled DROP NOT NULL')
+  })
+
+  it('fails closed, read whole and by a change, as the record "disabled": null does from a data folder', async () => {
+    const record = { ...makeData().keys.find((key) => key.name === 'alpha-standard')!, disabled: null }
+    // A data folder refuses it: the key is not served.
+    expect(recordProblem('keys', record, 1)).toBe('[1].disabled: null: expected boolean')
+    const running = await follow()
+    await admin.query("UPDATE keys SET disabled = NULL WHERE name = 'alpha-standard'")
+    await running.installs(1)
+    const fresh = await follow()
+    const [change, whole] = await Promise.all([running.app, fresh.app].map(async (app) => (await answer(app, '/v1/providers', KEYS.alphaStandard))[0]))
+    expect({ change, whole }).toEqual({ change: 401, whole: 401 })
+  })
+})
