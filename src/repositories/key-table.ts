@@ -186,7 +186,10 @@ function previousOf (key: KeyOptions): PreviousSecret | undefined {
 
 /**
  * The key as its previous secret authenticates it: that secret's SHA-256, and its end (the grace's,
- * or the key's own expiry when that comes first) as the key's expiry.
+ * or the key's own expiry when that comes first) as the key's expiry. A secret authenticates the key
+ * whose current secret it is; else the one key that names it as its previous secret; where two keys
+ * or more name it (only written by hand), none of them: which one it was cannot be told, and the
+ * order of a table's rows or a file's records must not decide it.
  */
 export function asPrevious (key: ApiKey): ApiKey | undefined {
   const previous = previousOf(key)
@@ -300,9 +303,11 @@ export interface MapLike<K, V> {
  * overlay above it, and a compaction builds a new table.
  */
 export class KeyTable {
-  /** The keys by name and by SHA-256 (lowercase hex), as maps for a LayeredMap's base. */
+  /** The keys by name and by every secret that authenticates them (lowercase hex), as maps for a LayeredMap's base. */
   readonly byName: MapLike<string, ApiKey>
   readonly bySha: MapLike<string, ApiKey>
+  /** The names of the keys that name each previous secret, for a LayeredMap's base. */
+  readonly byPrevious: MapLike<string, readonly string[]>
 
   constructor (
     readonly size: number,
@@ -325,13 +330,25 @@ export class KeyTable {
     readonly limits: Uint32Array,
     /** The secrets keys had before their last rotation, by row: few at a time (a grace lasts hours), so a Map. */
     readonly previous: ReadonlyMap<number, PreviousSecret>,
-    /** The rows of those secrets, by SHA-256. */
-    private readonly previousRows: ReadonlyMap<string, number>,
+    /** The rows that name each of those secrets, by SHA-256: one row, or more where keys share one (written by hand). */
+    private readonly previousRows: ReadonlyMap<string, readonly number[]>,
     private readonly nameSlots: Int32Array,
     private readonly shaSlots: Int32Array
   ) {
     this.byName = this.view((name) => this.rowOfName(name), (row) => this.nameOf(row))
     this.bySha = this.secretView()
+    const namesOf = (rows: readonly number[]) => rows.map((row) => this.nameOf(row))
+    this.byPrevious = {
+      size: previousRows.size,
+      get: (sha256) => {
+        const rows = previousRows.get(sha256)
+        return rows === undefined ? undefined : namesOf(rows)
+      },
+      has: (sha256) => previousRows.has(sha256),
+      * [Symbol.iterator] () {
+        for (const [sha256, rows] of previousRows) yield [sha256, namesOf(rows)] as const
+      }
+    }
   }
 
   static of (keys: Iterable<ApiKey>, where: string): KeyTable {
@@ -411,21 +428,21 @@ export class KeyTable {
   }
 
   /**
-   * The keys by every secret that authenticates them: the current one, then a previous one (asPrevious)
-   * unless it is another key's current secret, which wins.
+   * The keys by every secret that authenticates them, as asPrevious says: the current one, then a
+   * previous one that one key alone names and no key has as its current.
    */
   private secretView (): MapLike<string, ApiKey> {
     const current = this.view((sha256) => this.rowOfSha(sha256), (row) => this.shaOf(row))
     if (this.previousRows.size === 0) return current
     const table = this
     const previousOf = (sha256: string) => {
-      const row = table.previousRows.get(sha256)
-      return row === undefined || table.rowOfSha(sha256) >= 0 ? undefined : asPrevious(table.key(row))
+      const rows = table.previousRows.get(sha256)
+      return rows?.length !== 1 || table.rowOfSha(sha256) >= 0 ? undefined : asPrevious(table.key(rows[0]!))
     }
-    let shadowed = 0
-    for (const sha256 of this.previousRows.keys()) if (this.rowOfSha(sha256) >= 0) shadowed++
+    let served = 0
+    for (const sha256 of this.previousRows.keys()) if (previousOf(sha256) !== undefined) served++
     return {
-      size: this.size + this.previousRows.size - shadowed,
+      size: this.size + served,
       get: (sha256) => current.get(sha256) ?? previousOf(sha256),
       has: (sha256) => current.has(sha256) || previousOf(sha256) !== undefined,
       * [Symbol.iterator] () {
@@ -476,7 +493,7 @@ export class KeyTableBuilder {
   private disabled: Uint8Array
   private limits: Uint32Array
   private readonly previous = new Map<number, PreviousSecret>()
-  private readonly previousRows = new Map<string, number>()
+  private readonly previousRows = new Map<string, number[]>()
   private readonly organizationIds: string[] = []
   private readonly organizationIndex = new Map<string, number>()
   private readonly organizationHashes: number[] = []
@@ -716,8 +733,9 @@ export class KeyTableBuilder {
     this.limits[row] = limit
     if (previous !== undefined) {
       this.previous.set(row, previous)
-      // The first key to name a secret as its previous keeps it; a current secret wins over either at lookup.
-      if (!this.previousRows.has(previous.sha256)) this.previousRows.set(previous.sha256, row)
+      const rows = this.previousRows.get(previous.sha256)
+      if (rows === undefined) this.previousRows.set(previous.sha256, [row])
+      else rows.push(row)
     }
     this.sum = (this.sum + keyHash(hash, this.organizationHashes[index]!, kind, this.shas, at, expiry, extrasHash(disabled, limit, previous))) % 2 ** 52
     this.size++

@@ -28,8 +28,10 @@ interface KeyedIndex<T> {
 /** Keys: a KeyTable, and the changes since it was built in the overlays of two maps over it. */
 interface KeyIndex extends KeyedIndex<ApiKey> {
   readonly table: KeyTable
-  /** The same keys by SHA-256, for authentication. */
+  /** The same keys by every secret that authenticates them (asPrevious), for authentication. */
   readonly bySha: LayeredMap<string, ApiKey>
+  /** The names of the keys that name each previous secret: whether one key alone does. */
+  readonly byPrevious: LayeredMap<string, readonly string[]>
 }
 
 interface OrganizationIndex extends KeyedIndex<Organization> {
@@ -287,7 +289,7 @@ export function withRecords<K extends KeyedKind> (index: Index<K>, upsert: Reado
 
 /** The index of keys whose base is `table`, without edits above it. */
 function keyIndexOf (table: KeyTable): KeyIndex {
-  return { table, byKey: LayeredMap.of(table.byName), bySha: LayeredMap.of(table.bySha), sum: table.sum }
+  return { table, byKey: LayeredMap.of(table.byName), bySha: LayeredMap.of(table.bySha), byPrevious: LayeredMap.of(table.byPrevious), sum: table.sum }
 }
 
 async function applyKeys (previous: KeyIndex | undefined, change: Change<'keys'>): Promise<KeyIndex> {
@@ -307,29 +309,40 @@ async function applyKeys (previous: KeyIndex | undefined, change: Change<'keys'>
 }
 
 function withKeyEdits (previous: KeyIndex, edits: ReadonlyArray<Edit<ApiKey>>): KeyIndex {
-  // Old hashes out first, new ones in after: a hash that moves from one key to another in the
-  // same change stays.
-  const shaEdits: Array<[string, ApiKey | undefined]> = []
-  for (const [, before] of edits) {
-    if (before === undefined) continue
-    shaEdits.push([before.sha256, undefined])
-    // Its previous secret, where the map holds it for this key: another key's current secret of that
-    // value (written by hand) stays that key's.
-    if (before.previous != null && previous.bySha.get(before.previous.sha256)?.name === before.name) shaEdits.push([before.previous.sha256, undefined])
+  const byKey = previous.byKey.with(edits.map(([key, , after]) => [key, after] as const))
+  // The keys that name each previous secret the edits take away or add.
+  const holders = new Map<string, string[]>()
+  const holdersOf = (sha256: string) => {
+    let names = holders.get(sha256)
+    if (names === undefined) holders.set(sha256, names = [...previous.byPrevious.get(sha256) ?? []])
+    return names
   }
-  for (const [, , after] of edits) if (after) shaEdits.push([after.sha256, after])
-  let bySha = previous.bySha.with(shaEdits)
-  // A secret a key had before its rotation, unless it is another key's current secret, which wins.
-  const previousSecrets: Array<[string, ApiKey]> = []
-  for (const [, , after] of edits) {
-    const seen = after === undefined ? undefined : asPrevious(after)
-    if (seen !== undefined && bySha.get(seen.sha256) === undefined) previousSecrets.push([seen.sha256, seen])
+  for (const [name, before, after] of edits) {
+    if (before?.previous != null) holders.set(before.previous.sha256, holdersOf(before.previous.sha256).filter((holder) => holder !== name))
+    if (after?.previous != null) holdersOf(after.previous.sha256).push(name)
   }
-  if (previousSecrets.length > 0) bySha = bySha.with(previousSecrets)
+  const byPrevious = previous.byPrevious.with([...holders].map(([sha256, names]) => [sha256, names.length === 0 ? undefined : names] as const))
+  // The current secrets the edits take away (undefined) or give, the latter after the former: a
+  // secret that moves from one key to another in the same change stays.
+  const currents = new Map<string, ApiKey | undefined>()
+  for (const [, before] of edits) if (before !== undefined) currents.set(before.sha256, undefined)
+  for (const [, , after] of edits) if (after !== undefined) currents.set(after.sha256, after)
+  // Every secret the edits touch, given again to the key it authenticates after them (asPrevious):
+  // the one whose current secret it is, else the one key alone that names it as its previous.
+  const owner = (sha256: string): ApiKey | undefined => {
+    const current = currents.has(sha256) ? currents.get(sha256) : previous.bySha.get(sha256)
+    if (current !== undefined && !isPreviousSecret(current)) return current
+    const names = byPrevious.get(sha256)
+    const key = names?.length === 1 ? byKey.get(names[0]!) : undefined
+    return key === undefined ? undefined : asPrevious(key)
+  }
+  const touched = new Set<string>(currents.keys())
+  for (const sha256 of holders.keys()) touched.add(sha256)
   return {
     table: previous.table,
-    byKey: previous.byKey.with(edits.map(([key, , after]) => [key, after] as const)),
-    bySha,
+    byKey,
+    bySha: previous.bySha.with([...touched].map((sha256) => [sha256, owner(sha256)] as const)),
+    byPrevious,
     sum: sumAfter(previous.sum, edits, keyRules)
   }
 }

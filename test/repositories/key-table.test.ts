@@ -149,3 +149,24 @@ describe('KeyTableBuilder', () => {
     expect(KeyTable.of(Array.from({ length: COUNT }, (_, i) => key(i)), 'keys').sum).toBe(sums[0])
   })
 })
+
+describe('a previous secret several keys name', () => {
+  const shared = { sha256: sha256('shared'), expires_at: '2099-01-01T00:00:00.000Z' }
+  const alpha = { name: 'alpha', sha256: sha256('alpha'), kind: 'standard' as const, organization_id: 'org_a', previous: shared }
+  const beta = { name: 'beta', sha256: sha256('beta'), kind: 'management' as const, organization_id: 'org_b', previous: shared }
+
+  it('authenticates neither key, whatever their order (it gave the secret to the first)', () => {
+    for (const keys of [[alpha, beta], [beta, alpha]]) {
+      const table = KeyTable.of(keys, 'keys.json')
+      expect(table.bySha.get(shared.sha256)).toBeUndefined()
+      expect(table.bySha.size).toBe(2)
+      expect(table.byPrevious.get(shared.sha256)).toEqual(keys.map((key) => key.name))
+    }
+  })
+
+  it('authenticates the one key that alone names it, unless it is another key\'s current secret', () => {
+    expect(KeyTable.of([alpha], 'keys.json').bySha.get(shared.sha256)).toMatchObject({ name: 'alpha', kind: 'standard' })
+    const holder = { name: 'holder', sha256: shared.sha256, kind: 'standard' as const, organization_id: 'org_c' }
+    expect(KeyTable.of([beta, holder], 'keys.json').bySha.get(shared.sha256)).toMatchObject({ name: 'holder', organization_id: 'org_c' })
+  })
+})

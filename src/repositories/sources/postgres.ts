@@ -292,6 +292,8 @@ function withOptions<T extends KeyOptions> (key: T, expiresAt: string | null | u
   limit: string | null | undefined, previousSha: string | null | undefined, previousEnd: string | null | undefined): T {
   if (expiresAt != null) key.expires_at = utc(expiresAt)
   if (disabled === 'true') key.disabled = true
+  // NULL, written where NOT NULL was dropped: refused by the key's schema, as "disabled": null in a file.
+  else if (disabled === null) (key as { disabled?: unknown }).disabled = null
   if (limit != null) key.rate_limit_per_minute = Number(limit)
   // Either without the other is refused by the key's schema (keys_previous_check refuses it first).
   if (previousSha != null || previousEnd != null) key.previous = { sha256: previousSha ?? '', expires_at: previousEnd == null ? '' : utc(previousEnd) }
@@ -304,13 +306,14 @@ const KEY_OVER_COLUMN = 9
 
 /**
  * Row `row`'s options (KEY_SELECT's columns 4 to 8), undefined when it has none: most keys have none,
- * and are read without a string. `false` is the only text of five bytes a boolean has.
+ * and are read without a string. `false` is the only text of five bytes a boolean has; a NULL is
+ * read as text, and refused.
  */
 function keyOptionsOf (batch: FieldRows, row: number): KeyOptions | undefined {
   const { fields, columns } = batch
   const at = 2 * (row * columns + KEY_OPTIONS_COLUMN)
   const disabled = fields[at + 3]!
-  if (fields[at + 1] === -1 && (disabled === -1 || disabled === 5) && fields[at + 5] === -1 && fields[at + 7] === -1 && fields[at + 9] === -1) return undefined
+  if (fields[at + 1] === -1 && disabled === 5 && fields[at + 5] === -1 && fields[at + 7] === -1 && fields[at + 9] === -1) return undefined
   const text = (column: number) => fieldText(batch, row, KEY_OPTIONS_COLUMN + column)
   return withOptions({}, text(0), text(1), text(2), text(3), text(4))
 }

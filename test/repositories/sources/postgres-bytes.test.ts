@@ -186,20 +186,27 @@ describe('a previous secret that is another key\'s too', () => {
   const members = (app: ReturnType<typeof build>) => answer(app, '/v1/organization/members', PREVIOUS)
   beforeEach(() => replaceDirectory(admin, makeData()))
 
-  it('authenticates as the same key on a replica that followed the change as on one that reads the table whole', async () => {
+  it('named as previous by two keys, authenticates neither, whatever the order of their rows, read whole or followed', async () => {
     // Each statement moves the row it updates to the end of the table: a whole read, in the table's
-    // order, meets alpha-standard first, then beta-management.
+    // order, meets alpha-standard first, then beta-management (before, it gave the secret to the first).
     for (const name of ['alpha-standard', 'beta-management']) {
       await admin.query("UPDATE keys SET previous_sha256 = $1, previous_expires_at = now() + interval '1 day' WHERE name = $2", [sha256(PREVIOUS), name])
     }
     const running = await follow()
-    const before = await members(running.app)
-    expect(before[0], before[1]).toBe(403)
+    expect((await members(running.app))[0]).toBe(401)
     // An unrelated change to alpha-standard: its row now comes after beta-management's.
     await admin.query("UPDATE keys SET rate_limit_per_minute = 100 WHERE name = 'alpha-standard'")
     await running.installs(1)
     const fresh = await follow()
+    expect((await members(running.app))[0]).toBe(401)
     expect(await members(running.app)).toEqual(await members(fresh.app))
+    // One of the two names another secret: the other key alone names it, and it authenticates that key.
+    await admin.query("UPDATE keys SET previous_sha256 = $1 WHERE name = 'alpha-standard'", [sha256('another secret')])
+    // Installs are counted from the start: this is the second.
+    await running.installs(2)
+    const [ran, read] = [await members(running.app), await members((await follow()).app)]
+    expect(ran[0], ran[1]).toBe(200)
+    expect(ran).toEqual(read)
   })
 
   it('authenticates after the key whose current secret it was is deleted, on a running replica as on a new one', async () => {
