@@ -25,7 +25,7 @@ interface KeyedIndex<T> {
   readonly sum: number
 }
 
-/** Keys: a KeyTable, and the changes since it was built in the overlays of two maps over it. */
+/** Keys: a KeyTable, and the changes since it was built in the overlays of the maps over it. */
 interface KeyIndex extends KeyedIndex<ApiKey> {
   readonly table: KeyTable
   /** The same keys by every secret that authenticates them (asPrevious), for authentication. */
