@@ -321,7 +321,10 @@ function withKeyEdits (previous: KeyIndex, edits: ReadonlyArray<Edit<ApiKey>>): 
     if (before?.previous != null) holders.set(before.previous.sha256, holdersOf(before.previous.sha256).filter((holder) => holder !== name))
     if (after?.previous != null) holdersOf(after.previous.sha256).push(name)
   }
-  const byPrevious = previous.byPrevious.with([...holders].map(([sha256, names]) => [sha256, names.length === 0 ? undefined : names] as const))
+  // Most changes touch no previous secret: the map is shared as it is, its overlay not copied.
+  const byPrevious = holders.size === 0
+    ? previous.byPrevious
+    : previous.byPrevious.with([...holders].map(([sha256, names]) => [sha256, names.length === 0 ? undefined : names] as const))
   // The current secrets the edits take away (undefined) or give, the latter after the former: a
   // secret that moves from one key to another in the same change stays.
   const currents = new Map<string, ApiKey | undefined>()
