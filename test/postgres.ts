@@ -8,9 +8,10 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import pg from 'pg'
-import { inject } from 'vitest'
+import { afterAll, afterEach, beforeEach, inject } from 'vitest'
 import type { TObject, TSchema } from '@sinclair/typebox'
 import { freePort } from './process.js'
+import type { Lifecycle } from '../src/repositories/lifecycle.js'
 import type { DirectoryData } from '../src/repositories/records.js'
 import { migrate } from '../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../src/repositories/sources/postgres-write.js'
@@ -356,18 +357,39 @@ export async function latencyProxy (url: string, delayMs: number) {
   }
 }
 
-/** A new database on `server`, migrated and holding `data`, and a client connected to it, which the caller ends. */
-export async function databaseWith (server: Databases, data: DirectoryData): Promise<{ url: string, client: pg.Client }> {
+/** A new database on `server`, migrated and holding `data` when given, and a client connected to it, which the caller ends. */
+export async function databaseWith (server: Databases, data?: DirectoryData): Promise<{ url: string, client: pg.Client }> {
   const url = await server.createMigratedDatabase()
   const client = new pg.Client({ connectionString: url })
   await client.connect()
   try {
-    await replaceDirectory(client, data)
+    if (data !== undefined) await replaceDirectory(client, data)
   } catch (error) {
     await client.end()
     throw error
   }
   return { url, client }
+}
+
+/**
+ * The shared server for a file, and for each of its tests a new database on it (databaseWith), which
+ * `use` is handed; the lifecycles a test pushes onto `lifecycles` are closed after it, then the client.
+ */
+export function databasePerTest (use: (database: { url: string, client: pg.Client }) => void, data?: () => DirectoryData) {
+  const server = sharedPostgres()
+  afterAll(() => server.close())
+  const lifecycles: Lifecycle[] = []
+  let client: pg.Client | undefined
+  beforeEach(async () => {
+    const database = await databaseWith(server, data?.())
+    client = database.client
+    use(database)
+  })
+  afterEach(async () => {
+    await Promise.all(lifecycles.splice(0).map((lifecycle) => lifecycle.close()))
+    await client?.end()
+  })
+  return { server, lifecycles }
 }
 
 /** Drops every CHECK of the keys table: what an operator who wants to write an invalid key row runs first. */

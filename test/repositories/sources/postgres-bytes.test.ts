@@ -1,6 +1,6 @@
 import pg from 'pg'
-import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
+import { beforeEach, describe, expect, it } from 'vitest'
+import { createLifecycle } from '../../../src/repositories/lifecycle.js'
 import { memberProblem, recordProblem, type DirectoryData } from '../../../src/repositories/records.js'
 import { MemberList } from '../../../src/repositories/member-list.js'
 import { createPostgresSource, KEY_SELECT, keyOfRow } from '../../../src/repositories/sources/postgres.js'
@@ -8,24 +8,14 @@ import { replaceDirectory } from '../../../src/repositories/sources/postgres-wri
 import type { ApiKey } from '../../../src/schemas/keys-and-organizations.js'
 import type { Member } from '../../../src/schemas/member.js'
 import { bearer, build, KEYS, makeData, sha256, watchLifecycle } from '../../helper.js'
-import { DROP_KEY_CHECKS, databaseWith, sharedPostgres } from '../../postgres.js'
+import { databasePerTest, DROP_KEY_CHECKS } from '../../postgres.js'
 
 // Adversarial rows read whole from COPY's bytes, held equal to the same rows read as text: by a
 // change (keys by name, organizations by id) and as the records of a data folder.
 
-const server = sharedPostgres()
-afterAll(() => server.close())
-
 let url: string
 let admin: pg.Client
-const lifecycles: Lifecycle[] = []
-beforeEach(async () => {
-  ({ url, client: admin } = await databaseWith(server, makeData({ keys: [], organizations: [] })))
-})
-afterEach(async () => {
-  await Promise.all(lifecycles.splice(0).map((lifecycle) => lifecycle.close()))
-  await admin.end()
-})
+const { lifecycles } = databasePerTest((database) => ({ url, client: admin } = database), () => makeData({ keys: [], organizations: [] }))
 
 // No rate limit: thousands of requests, most of them refused, from one address.
 const settings = { RATE_LIMIT_PER_MINUTE: 0, RATE_LIMIT_ANONYMOUS_PER_MINUTE: 0 }

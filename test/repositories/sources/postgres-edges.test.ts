@@ -3,13 +3,13 @@ import { readFile } from 'node:fs/promises'
 import { promisify } from 'node:util'
 import pg from 'pg'
 import { Value } from '@sinclair/typebox/value'
-import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { createLifecycle } from '../../../src/repositories/lifecycle.js'
 import { createPostgresSource } from '../../../src/repositories/sources/postgres.js'
 import { KEY_CHECKS, SCHEMA_VERSION, migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { ApiKeySchema, KEY_KINDS } from '../../../src/schemas/keys-and-organizations.js'
 import { bearer, build, KEYS, makeData, sha256, watchLifecycle } from '../../helper.js'
-import { checkOf, databaseWith, sharedPostgres } from '../../postgres.js'
+import { checkOf, databasePerTest } from '../../postgres.js'
 import { startServer, type RunningServer } from '../../process.js'
 import { PATIENCE_MS } from '../../patience.js'
 
@@ -18,19 +18,9 @@ const run = promisify(execFile)
 // The edges of what PostgreSQL lets a writer put in the tables (issue 38): values of any size, and
 // rows the schemas refuse, which are not served, whenever a replica started.
 
-const server = sharedPostgres()
-afterAll(() => server.close())
-
 let url: string
 let admin: pg.Client
-const lifecycles: Lifecycle[] = []
-beforeEach(async () => {
-  ({ url, client: admin } = await databaseWith(server, makeData()))
-})
-afterEach(async () => {
-  await Promise.all(lifecycles.splice(0).map((lifecycle) => lifecycle.close()))
-  await admin.end()
-})
+const { server, lifecycles } = databasePerTest((database) => ({ url, client: admin } = database), makeData)
 
 /** A replica of the test database, loaded and followed, and an app serving it. */
 async function follow () {

@@ -1,7 +1,7 @@
 import pg from 'pg'
-import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { BUNDLED_FIXTURES_DIR } from '../../../src/config.js'
-import { createLifecycle, type Lifecycle } from '../../../src/repositories/lifecycle.js'
+import { createLifecycle } from '../../../src/repositories/lifecycle.js'
 import { type DirectoryData } from '../../../src/repositories/records.js'
 import { LIST_KINDS, RECORD_KINDS } from '../../../src/registry.js'
 import { MAX_MEMBERS, MemberList } from '../../../src/repositories/member-list.js'
@@ -15,24 +15,12 @@ import { createPostgresSource, KEY_SELECT, keyOfRow, locationOf, type PostgresSo
 import { SCHEMA_VERSION, migrate } from '../../../src/repositories/sources/postgres-schema.js'
 import { replaceDirectory } from '../../../src/repositories/sources/postgres-write.js'
 import { bearer, build, KEYS, makeData, makeProvider, recordsOf, sha256, watchLifecycle } from '../../helper.js'
-import { latencyProxy, sharedPostgres } from '../../postgres.js'
+import { databasePerTest, latencyProxy } from '../../postgres.js'
 import { PATIENCE_MS } from '../../patience.js'
-
-const server = sharedPostgres()
-afterAll(() => server.close())
 
 let url: string
 let admin: pg.Client
-const lifecycles: Lifecycle[] = []
-beforeEach(async () => {
-  url = await server.createMigratedDatabase()
-  admin = new pg.Client({ connectionString: url })
-  await admin.connect()
-})
-afterEach(async () => {
-  await Promise.all(lifecycles.splice(0).map((lifecycle) => lifecycle.close()))
-  await admin.end()
-})
+const { server, lifecycles } = databasePerTest((database) => ({ url, client: admin } = database))
 
 /** Changes fields of a provider with one statement, as an operator would. */
 const setProvider = (slug: string, fields: object) =>
