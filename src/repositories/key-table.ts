@@ -201,6 +201,17 @@ export function asPrevious (key: ApiKey): ApiKey | undefined {
     key.disabled === true, key.rate_limit_per_minute ?? 0, undefined, !endedByKey)
 }
 
+/**
+ * The key a secret authenticates, as asPrevious says: `current`, the key whose current secret it is,
+ * when there is one; else, as its previous secret, the one key of those that name it (`holders`, found
+ * by `keyOf`) when there is one alone; else none. The key table and a change's edits both ask here.
+ */
+export function secretOwner<H> (current: ApiKey | undefined, holders: readonly H[] | undefined, keyOf: (holder: H) => ApiKey | undefined): ApiKey | undefined {
+  if (current !== undefined) return current
+  const key = holders?.length === 1 ? keyOf(holders[0]!) : undefined
+  return key === undefined ? undefined : asPrevious(key)
+}
+
 /** Whether the key was found by the secret it had before its last rotation. */
 export function isPreviousSecret (key: ApiKey): boolean {
   return (key as { [PREVIOUS_SECRET]?: true })[PREVIOUS_SECRET] === true
@@ -435,10 +446,8 @@ export class KeyTable {
     const current = this.view((sha256) => this.rowOfSha(sha256), (row) => this.shaOf(row))
     if (this.previousRows.size === 0) return current
     const table = this
-    const previousOf = (sha256: string) => {
-      const rows = table.previousRows.get(sha256)
-      return rows?.length !== 1 || table.rowOfSha(sha256) >= 0 ? undefined : asPrevious(table.key(rows[0]!))
-    }
+    // Where no key has it as its current secret (the current view, asked first, answers those).
+    const previousOf = (sha256: string) => table.rowOfSha(sha256) >= 0 ? undefined : secretOwner(undefined, table.previousRows.get(sha256), (row) => table.key(row))
     let served = 0
     for (const sha256 of this.previousRows.keys()) if (previousOf(sha256) !== undefined) served++
     return {

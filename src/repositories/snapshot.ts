@@ -1,7 +1,7 @@
 import { hash } from 'node:crypto'
 import type { ApiKey } from '../schemas/keys-and-organizations.js'
 import { LayeredMap } from './layered-map.js'
-import { KeyTable, KeyTableBuilder, asPrevious, expiryOf, hashOfKey, isPreviousSecret, sameKey } from './key-table.js'
+import { KeyTable, KeyTableBuilder, expiryOf, hashOfKey, isPreviousSecret, sameKey, secretOwner } from './key-table.js'
 import { createSlicer } from './slices.js'
 import { type Loaded, type Organization } from './records.js'
 import { KINDS, LIST_KINDS, RECORD_KINDS, type RecordKind } from '../registry.js'
@@ -334,10 +334,7 @@ function withKeyEdits (previous: KeyIndex, edits: ReadonlyArray<Edit<ApiKey>>): 
   // the one whose current secret it is, else the one key alone that names it as its previous.
   const owner = (sha256: string): ApiKey | undefined => {
     const current = currents.has(sha256) ? currents.get(sha256) : previous.bySha.get(sha256)
-    if (current !== undefined && !isPreviousSecret(current)) return current
-    const names = byPrevious.get(sha256)
-    const key = names?.length === 1 ? byKey.get(names[0]!) : undefined
-    return key === undefined ? undefined : asPrevious(key)
+    return secretOwner(current === undefined || isPreviousSecret(current) ? undefined : current, byPrevious.get(sha256), (name) => byKey.get(name))
   }
   const touched = new Set<string>(currents.keys())
   for (const sha256 of holders.keys()) touched.add(sha256)
