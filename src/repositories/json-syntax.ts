@@ -42,6 +42,9 @@ const NAME_BYTES = 32
 /** How many levels of the path (`[3].members[5].role`) a message shows. */
 const PATH_LEVELS = 4
 
+/** The bytes a string holds as they are: printable ASCII but a quote and a backslash. */
+const PLAIN = new Uint8Array(256).map((_, c) => c >= 0x20 && c < 0x80 && c !== 0x22 && c !== 0x5c ? 1 : 0)
+
 const isDigit = (c: number) => c >= 0x30 && c <= 0x39
 export const isSpace = (c: number) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09
 const isHex = (c: number) => isDigit(c) || (c >= 0x61 && c <= 0x66) || (c >= 0x41 && c <= 0x46)
@@ -91,6 +94,21 @@ export class JsonChecker {
   private literal = ''
   /** Where the number being read could have ended, before a `.` or an `e` with nothing after it; -1 if nowhere. */
   private numberEnd = -1
+  /**
+   * The elements of a top-level array, for readJsonArray, by offset from the text's start: how many
+   * ended so far; of the last write, where the first element that starts in it starts and where the
+   * first and last that end in it end; where the element still open starts (-1: none).
+   */
+  elements = 0
+  firstStart = -1
+  firstEnd = -1
+  lastEnd = -1
+  openStart = -1
+
+  /** Whether the text's value is an array, once its first byte is read. */
+  get isArray () {
+    return this.closers[0] === 0x5d
+  }
 
   /** Checks the next bytes of the text; false once a fault is found. */
   write (bytes: Uint8Array): boolean {
@@ -98,14 +116,15 @@ export class JsonChecker {
     // The first chunk holds the first three bytes, or is the whole text.
     if (this.offset === 0) this.lineStart = i = bomLength(bytes)
     this.nameFrom = 0
+    this.firstStart = this.firstEnd = this.lastEnd = -1
     for (const n = bytes.length; i < n && this.fault === undefined;) {
       const c = bytes[i]!
       const at = this.offset + i
       switch (this.state) {
         case STRING: {
           // Most of a file: the plain characters of strings, in a tight loop.
-          if (c >= 0x20 && c !== 0x22 && c !== 0x5c && c < 0x80) {
-            do i++; while (i < n && bytes[i]! >= 0x20 && bytes[i] !== 0x22 && bytes[i] !== 0x5c && bytes[i]! < 0x80)
+          if (PLAIN[c] === 1) {
+            do i++; while (i < n && PLAIN[bytes[i]!] === 1)
             continue
           }
           if (c === 0x22) this.endString(bytes, i)
@@ -140,7 +159,7 @@ export class JsonChecker {
           break
         case LITERAL:
           if (c !== this.literal.charCodeAt(this.remaining)) this.syntax(this.startedAt, 'expected a value')
-          else if (++this.remaining === this.literal.length) this.state = NEXT
+          else if (++this.remaining === this.literal.length) this.ended(at + 1)
           break
         case MINUS: case DOT: case EXPONENT_MARK: case EXPONENT_SIGN:
           // A digit must follow.
@@ -162,11 +181,16 @@ export class JsonChecker {
             this.numberEnd = at
           } else {
             // The number ended before this byte, which is read again after it.
-            this.state = NEXT
+            this.ended(at)
             continue
           }
           break
         default:
+          if (c === 0x20) {
+            // The indentation of a file written with JSON.stringify(records, null, 2), in a tight loop.
+            do i++; while (i < n && bytes[i] === 0x20)
+            continue
+          }
           if (isSpace(c)) {
             if (c === 0x0a) {
               this.line++
@@ -179,11 +203,11 @@ export class JsonChecker {
           } else if (this.state === NEXT) {
             this.next(c, at)
           } else if (this.state === FIRST_NAME || this.state === NAME) {
-            if (c === 0x7d && this.state === FIRST_NAME) this.close()
+            if (c === 0x7d && this.state === FIRST_NAME) this.close(at)
             else if (c === 0x22) this.startName(i + 1)
             else this.syntax(at, 'expected a property name in double quotes')
           } else if (c === 0x5d && this.state === FIRST_VALUE) {
-            this.close()
+            this.close(at)
           } else {
             this.value(c, at)
           }
@@ -216,6 +240,10 @@ export class JsonChecker {
   }
 
   private value (c: number, at: number) {
+    if (this.depth === 1 && this.isArray) {
+      if (this.firstStart < 0) this.firstStart = at
+      this.openStart = at
+    }
     if (c === 0x7b || c === 0x5b) {
       if (this.depth === MAX_DEPTH) {
         this.fault = `nested deeper than ${MAX_DEPTH} levels at ${this.lineAndColumn(at)}`
@@ -246,7 +274,7 @@ export class JsonChecker {
     if (this.depth === 0) {
       this.syntax(at, 'unexpected text after the end of the value')
     } else if (c === closer) {
-      this.close()
+      this.close(at)
     } else if (c !== 0x2c) {
       this.syntax(at, this.afterValue())
     } else if (closer === 0x5d) {
@@ -271,9 +299,19 @@ export class JsonChecker {
     this.nameLength = 0
   }
 
-  private close () {
+  private close (at: number) {
     this.depth--
+    this.ended(at + 1)
+  }
+
+  /** A value ended before `end`. */
+  private ended (end: number) {
     this.state = NEXT
+    if (this.depth !== 1 || !this.isArray) return
+    this.elements++
+    if (this.firstEnd < 0) this.firstEnd = end
+    this.lastEnd = end
+    this.openStart = -1
   }
 
   private afterValue () {
@@ -296,7 +334,7 @@ export class JsonChecker {
 
   private endString (bytes: Uint8Array, quote: number) {
     if (!this.inName) {
-      this.state = NEXT
+      this.ended(this.offset + quote + 1)
       return
     }
     this.keepName(bytes, quote)

@@ -5,6 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import fc from 'fast-check'
 import { JsonArrayWriter, MAX_ELEMENT_BYTES, NotAnArray, readJsonArray } from '../../src/repositories/json-array-file.js'
 import { readJsonFile, writeJsonFile } from '../../src/repositories/json-file.js'
+import { MAX_DEPTH } from '../../src/repositories/json-syntax.js'
 
 let dir: string
 beforeEach(async () => { dir = await mkdtemp(join(tmpdir(), 'json-array-file-')) })
@@ -71,6 +72,12 @@ describe('reading a JSON array a read at a time', () => {
     expect(await stream(' "text" ')).toEqual({ notArray: 'text' })
     expect(await stream('\ufeff42')).toEqual({ notArray: 42 })
     expect(await stream('null')).toEqual({ notArray: null })
+  })
+
+  it('refuses an element nested deeper than the checker follows (no record is), where the server reads it and refuses the record', async () => {
+    const deep = `[1, ${'['.repeat(MAX_DEPTH)}${']'.repeat(MAX_DEPTH)}]`
+    expect(await stream(deep)).toEqual({ message: `data.json: nested deeper than ${MAX_DEPTH} levels at line 1, column ${5 + MAX_DEPTH - 1}` })
+    expect(await whole(deep)).toEqual({ value: JSON.parse(deep) })
   })
 
   it('refuses an element over MAX_ELEMENT_BYTES without holding more of it, naming it', async () => {
