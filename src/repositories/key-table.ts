@@ -221,7 +221,8 @@ export function isPreviousSecret (key: ApiKey): boolean {
 const FNV_BASIS = 0x811c9dc5
 const FNV_PRIME = 0x01000193
 
-function nameHash (name: string): number {
+/** A text's 32-bit hash (FNV-1a, mixed): the key table's, and the fingerprint's of an organization. */
+export function nameHash (name: string): number {
   let h = FNV_BASIS
   for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), FNV_PRIME)
   return finishNameHash(h)

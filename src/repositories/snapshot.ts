@@ -1,7 +1,7 @@
 import { hash } from 'node:crypto'
 import type { ApiKey } from '../schemas/keys-and-organizations.js'
 import { LayeredMap } from './layered-map.js'
-import { KeyTable, KeyTableBuilder, expiryOf, hashOfKey, isPreviousSecret, sameKey, secretOwner } from './key-table.js'
+import { KeyTable, KeyTableBuilder, expiryOf, hashOfKey, isPreviousSecret, nameHash, sameKey, secretOwner } from './key-table.js'
 import { createSlicer } from './slices.js'
 import { type Loaded, type Organization } from './records.js'
 import { KINDS, LIST_KINDS, RECORD_KINDS, type RecordKind } from '../registry.js'
@@ -182,7 +182,21 @@ interface KeyedRules<T> {
 }
 
 const HASH_RANGE = 2 ** 52
-const hash52 = (text: string) => parseInt(hash('sha1', text, 'hex').slice(0, 13), 16)
+
+/**
+ * An organization's hash below 2^52, from its id, its name and its members' digest, each of which
+ * changes it; mixed as a key's is, without a SHA-1 of its own: a SHA-1 of the three joined, in hex,
+ * took some 0.12 s of a start of 100,000 organizations. Not seeded: replicas agree.
+ */
+function organizationHash ({ id, name, members }: Organization): number {
+  let a = Math.imul(nameHash(id) ^ Math.imul(nameHash(name), 0x85ebca6b), 0x9e3779b1)
+  let b = a ^ 0x27d4eb2d
+  for (let i = 0; i < 5; i++) {
+    a = Math.imul(a ^ (a >>> 15) ^ members.digestWord(i), 0x01000193)
+    b = Math.imul(b ^ (b >>> 13) ^ members.digestWord(i), 0x5bd1e995)
+  }
+  return (a >>> 0) * 0x100000 + (b & 0xfffff)
+}
 
 const keyRules: KeyedRules<ApiKey> = {
   keyOf: (key) => key.name,
@@ -193,7 +207,7 @@ const keyRules: KeyedRules<ApiKey> = {
 const organizationRules: KeyedRules<Organization> = {
   keyOf: (organization) => organization.id,
   same: (a, b) => a.name === b.name && a.members.digest === b.members.digest,
-  hashOf: (organization) => hash52(`${organization.id}\u0000${organization.name}\u0000${organization.members.digest}`)
+  hashOf: organizationHash
 }
 
 /** The edits that `upsert` and `remove` make to `old` (a change, as an index applies it): a record equal to the one in place is none. */

@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest'
 import { applyChange, compactIndex, createSnapshot, withRecords, type Snapshot } from '../../src/repositories/snapshot.js'
+import { MemberList } from '../../src/repositories/member-list.js'
 import type { Organization } from '../../src/repositories/records.js'
 import type { ApiKey } from '../../src/schemas/keys-and-organizations.js'
-import { makeData, recordsOf, sha256 } from '../helper.js'
+import { makeData, makeMembers, recordsOf, sha256 } from '../helper.js'
 
 const key = (i: number, overrides: Partial<ApiKey> = {}): ApiKey => ({
   name: `key-${i}`, sha256: sha256(`k${i}`), kind: i % 7 === 0 ? 'management' : 'standard', organization_id: `org_${i % 13}`, ...overrides
@@ -149,6 +150,33 @@ describe('keys changed in a snapshot', () => {
     expect(served.findKey(sha256('k10000'))).toBeUndefined()
     expect(served.findKey(sha256('k999'))?.name).toBe('clé-999')
     expect(served.findKey(sha256('k99999'))).toEqual(key(99_999))
+  })
+})
+
+describe('organizations changed in a snapshot', () => {
+  const organization = (i: number, overrides: Partial<Organization> = {}): Organization =>
+    ({ id: `org_${i}`, name: `Organization ${i}`, members: makeMembers(`o${i}`, 10), ...overrides })
+  const organizations = () => Array.from({ length: 50 }, (_, i) => organization(i))
+  const withOrganizations = (next: Organization[]) => createSnapshot({ ...makeData(), organizations: next })
+
+  it.each([
+    ['an organization\'s name changes', (next: Organization[]) => { next[3] = { ...next[3]!, name: 'Organization 3b' } }],
+    ['two organizations swap names', (next: Organization[]) => { next[3] = { ...next[3]!, name: next[4]!.name }; next[4] = { ...next[4]!, name: organization(3).name } }],
+    ['an organization\'s id changes', (next: Organization[]) => { next[3] = { ...next[3]!, id: 'org_3b' } }],
+    ['a member\'s first name changes', (next: Organization[]) => {
+      const members = next[3]!.members.slice()
+      next[3] = { ...next[3]!, members: MemberList.of(members.map((member, i) => i === 9 ? { ...member, first_name: 'Other' } : member)) }
+    }],
+    ['two organizations swap members', (next: Organization[]) => { next[3] = { ...next[3]!, members: next[4]!.members }; next[4] = { ...next[4]!, members: organization(3).members } }]
+  ])('changes the fingerprint when %s, to what a replica loading the same organizations shows', async (_, spoil) => {
+    const before = await withOrganizations(organizations())
+    const next = organizations()
+    spoil(next)
+    const removed = organizations().filter(({ id }) => !next.some((other) => other.id === id)).map(({ id }) => id)
+    const after = before.withIndex('organizations', withRecords<'organizations'>(before.indexes.organizations, next, removed), before.version + 1)
+    expect(after.fingerprint).not.toBe(before.fingerprint)
+    expect(after.fingerprint).toBe((await withOrganizations(next)).fingerprint)
+    expect((await withOrganizations(organizations())).fingerprint).toBe(before.fingerprint)
   })
 })
 

@@ -400,7 +400,8 @@ const PAGE_ORDER = 'ORDER BY organization_id, position, id'
  */
 async function readOrganizations (client: pg.ClientBase, ids: readonly string[] | 'all'): Promise<Change<'organizations'>> {
   const refused: Refusals = new Map()
-  const names = new Map<string, string>()
+  /** The organizations read, by id, in their order; each given its members once they are read. */
+  const records = new Map<string, { id: string, name: string, members: MemberList }>()
   const named = ids === 'all' ? undefined : textArray(client, ids)
   const only = (column: string) => named === undefined ? '' : `WHERE ${column} = ANY(${named})`
   let rows = 0
@@ -408,17 +409,18 @@ async function readOrganizations (client: pg.ClientBase, ids: readonly string[] 
     for (const [id, name, over] of batch as Array<[string, string, string | null]>) {
       const problem = overProblem(over) ?? recordProblem('organizations', { id, name, members: [] }, rows)
       rows++
-      if (problem === undefined) names.set(id, name)
+      if (problem === undefined) records.set(id, { id, name, members: EMPTY })
       else refused.set(id, rowMessage(problem, 'organizations', `id ${quoteValue(id)}`))
     }
   }
-  const lists = new Map<string, MemberList>()
-  // Each organization's members are written into its list as they are read, in page order.
+  // Each organization's members are written into its list as they are read, in page order; none
+  // for an organization refused (undefined).
   let list: MemberListBuilder | undefined
   let of: string | undefined
   const finish = () => {
     // Ids are unique within their organization by the primary key (organization_id, id).
-    if (of !== undefined && list !== undefined && !refused.has(of)) lists.set(of, list.finish())
+    const record = of === undefined || list === undefined ? undefined : records.get(of)
+    if (record !== undefined) record.members = list!.finish()
     list = undefined
   }
   const slicer = createSlicer()
@@ -434,24 +436,27 @@ async function readOrganizations (client: pg.ClientBase, ids: readonly string[] 
         finish()
         of = fieldText(batch, row, 0)!
         ofBytes = Buffer.from(of)
-        list = new MemberListBuilder(`table members, organization_id ${quoteValue(of)}`)
+        list = refused.has(of) ? undefined : new MemberListBuilder(`table members, organization_id ${quoteValue(of)}`)
       }
       const organization = of
-      if (refused.has(organization)) continue
+      if (list === undefined) continue
       // Written into the list from COPY's bytes where it can (no value left unread, every field one it
       // takes without text); else as texts, checked as a file's member is, so that a bad row is named.
-      if (fields[at + 2 * MEMBER_OVER_COLUMN + 1] !== -1 || !list!.addBytes(bytes, fields, at + 2)) {
+      if (fields[at + 2 * MEMBER_OVER_COLUMN + 1] !== -1 || !list.addBytes(bytes, fields, at + 2)) {
         const [, id, email, firstName, lastName, role, over] = textRow(batch, row)
         const member = { id: id!, email: email!, first_name: firstName!, last_name: lastName!, role: role as Member['role'] }
         const problem = overProblem(over) ?? memberProblem(member, 0, 0)?.replace(/^\[0\]\.members\[0\]\.?/, '')
-        if (problem !== undefined) refused.set(organization, rowMessage(problem, 'members', `organization_id ${quoteValue(organization)}, id ${quoteValue(member.id)}`))
-        else {
+        if (problem !== undefined) {
+          refused.set(organization, rowMessage(problem, 'members', `organization_id ${quoteValue(organization)}, id ${quoteValue(member.id)}`))
+          list = undefined
+        } else {
           try {
-            list!.add(member)
+            list.add(member)
           } catch (error) {
             // Past the most members an organization may have: refused alone, and its other rows skipped.
             if (!(error instanceof DataError)) throw error
             refused.set(organization, error.message)
+            list = undefined
           }
         }
       }
@@ -461,12 +466,12 @@ async function readOrganizations (client: pg.ClientBase, ids: readonly string[] 
   }
   finish()
   const organizations: Organization[] = []
-  for (const [id, name] of names) {
-    if (!refused.has(id)) organizations.push({ id, name, members: lists.get(id) ?? EMPTY })
+  for (const record of records.values()) {
+    if (!refused.has(record.id)) organizations.push(record)
     if (slicer.due()) await slicer.pause()
   }
   if (ids === 'all') return { kind: 'organizations', whole: organizations, rowsRead: rows, refused }
-  return { kind: 'organizations', upsert: organizations, remove: ids.filter((id) => !names.has(id) && !refused.has(id)), rowsRead: rows, refused }
+  return { kind: 'organizations', upsert: organizations, remove: ids.filter((id) => !records.has(id) && !refused.has(id)), rowsRead: rows, refused }
 }
 
 const EMPTY = MemberList.of([])
