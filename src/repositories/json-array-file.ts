@@ -1,5 +1,5 @@
 import { open, rename, rm, type FileHandle } from 'node:fs/promises'
-import { JsonChecker, bomLength, isSpace } from './json-syntax.js'
+import { JsonChecker, bomLength } from './json-syntax.js'
 import { openDataFile } from './json-file.js'
 
 /**
@@ -42,14 +42,12 @@ export async function * readJsonArray (path: string, label: string): AsyncGenera
     let pending: Buffer[] = []
     let pendingBytes = 0
     let position = 0
-    let first: number | undefined
     // One buffer read into again and again: what an element open at its end needs is copied out.
     const chunk = Buffer.allocUnsafe(CHUNK_BYTES)
     for (;;) {
       const { bytesRead } = await handle.read(chunk, 0, CHUNK_BYTES, position)
       if (bytesRead === 0) break
       const bytes = chunk.subarray(0, bytesRead)
-      if (position === 0) first = bytes.subarray(bomLength(bytes)).find((byte) => !isSpace(byte))
       const before = checker.elements
       const at = position
       position += bytesRead
@@ -79,7 +77,7 @@ export async function * readJsonArray (path: string, label: string): AsyncGenera
     if (fault !== undefined) throw new Error(`${label}: ${fault}`)
     if (checker.isArray) return
     // Valid JSON, no array. An object is named, never shown; a scalar (a string, at most) is read whole.
-    if (first === 0x7b) throw new NotAnArray({})
+    if (checker.isObject) throw new NotAnArray({})
     const { buffer } = await handle.read({ buffer: Buffer.alloc((await handle.stat()).size), position: 0 })
     throw new NotAnArray(JSON.parse(buffer.toString('utf8', bomLength(buffer))))
   } finally {

@@ -46,7 +46,7 @@ const PATH_LEVELS = 4
 const PLAIN = new Uint8Array(256).map((_, c) => c >= 0x20 && c < 0x80 && c !== 0x22 && c !== 0x5c ? 1 : 0)
 
 const isDigit = (c: number) => c >= 0x30 && c <= 0x39
-export const isSpace = (c: number) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09
+const isSpace = (c: number) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09
 const isHex = (c: number) => isDigit(c) || (c >= 0x61 && c <= 0x66) || (c >= 0x41 && c <= 0x46)
 
 /**
@@ -105,9 +105,13 @@ export class JsonChecker {
   lastEnd = -1
   openStart = -1
 
-  /** Whether the text's value is an array, once its first byte is read. */
+  /** Whether the text's value is an array (an object), once its first byte is read. */
   get isArray () {
     return this.closers[0] === 0x5d
+  }
+
+  get isObject () {
+    return this.closers[0] === 0x7d
   }
 
   /** Checks the next bytes of the text; false once a fault is found. */

@@ -252,9 +252,17 @@ export class MemberList {
   /** Made by a MemberListBuilder: `held` as above, whose texts are its first `bytes`. */
   constructor (private readonly held: Buffer, private readonly bytes: number) {}
 
+  /** The digest as text, made for the first page asked for (the page cache's key), then kept. */
+  private digestText: string | undefined
+
   /** SHA-1 of the members' JSON: changes whenever a member does, and is the same on every replica. */
   get digest (): string {
-    return this.held.toString('base64url', this.bytes, this.bytes + DIGEST_BYTES)
+    return (this.digestText ??= this.held.toString('base64url', this.bytes, this.bytes + DIGEST_BYTES))
+  }
+
+  /** Whether `other` holds the same members: their digests' bytes compared, without a string for either. */
+  sameMembers (other: MemberList): boolean {
+    return this.held.compare(other.held, other.bytes, other.bytes + DIGEST_BYTES, this.bytes, this.bytes + DIGEST_BYTES) === 0
   }
 
   /** Word `i` (0 to 4) of the digest, for a hash of the list without a string. */

@@ -206,7 +206,7 @@ const keyRules: KeyedRules<ApiKey> = {
 
 const organizationRules: KeyedRules<Organization> = {
   keyOf: (organization) => organization.id,
-  same: (a, b) => a.name === b.name && a.members.digest === b.members.digest,
+  same: (a, b) => a.name === b.name && a.members.sameMembers(b.members),
   hashOf: organizationHash
 }
 
